@@ -1,0 +1,79 @@
+"""From a run folder's files alone (manifest + records) to a verdict: the same code path for
+``evalgate compare`` and ``evalgate report``, so a re-render always reproduces the verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import EvalgateError
+from evalgate.gate import GatePolicy, Verdict, decide
+from evalgate.manifest import load_manifest
+from evalgate.records import Pair, RecordStore, pair_records
+
+__all__ = ["RunData", "load_run", "verdict_for"]
+
+
+class RunData:
+    """A run's manifest and its paired records per suite."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir)
+        self.manifest: dict[str, Any] = load_manifest(self.dir)
+        store = RecordStore(self.dir)
+        self.records = {
+            suite: {arm: store.load(suite, arm) for arm in ("baseline", "candidate")}
+            for suite in self.manifest["suites"]
+        }
+        self.pairs: dict[str, list[Pair]] = {}
+        self.missing: dict[str, int] = {}
+        for suite, meta in self.manifest["suites"].items():
+            arms = self.records[suite]
+            pairs = pair_records(arms["baseline"].values(), arms["candidate"].values(), suite=suite)
+            self.pairs[suite] = pairs
+            self.missing[suite] = int(meta["n"]) - len(pairs)
+
+    def errors(self) -> list[str]:
+        return [
+            f"{suite}/{arm}/{r.item_id}: {r.error}"
+            for suite, arms in self.records.items()
+            for arm, recs in arms.items()
+            for r in recs.values()
+            if r.error
+        ]
+
+
+def load_run(run_dir: Path) -> RunData:
+    return RunData(run_dir)
+
+
+def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
+    """The verdict; ERROR (not a partial PASS) when items are missing or failed."""
+    m = run.manifest
+    policy = policy or GatePolicy(alpha=float(m["alpha"]), policy=m.get("policy", "difference"),
+                                  allow_diff=tuple(m.get("allow_diff", ())))
+    per_suite = {s: (meta["metrics"], run.pairs[s]) for s, meta in m["suites"].items()}
+    verdict = decide(per_suite, policy=policy)
+    errors = run.errors()
+    incomplete = {s: k for s, k in run.missing.items() if k > 0}
+    if errors or incomplete:
+        what = f"{len(errors)} item error(s)" if errors else ""
+        if incomplete:
+            what += ("; " if what else "") + ", ".join(f"{s} missing {k} pair(s)" for s, k in incomplete.items())
+        verdict.verdict = "ERROR"
+        verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
+    if m.get("allow_diff"):
+        verdict.notes.append("launch settings allowed to differ: " + ", ".join(m["allow_diff"]))
+    if m.get("max_gen_tokens"):
+        verdict.notes.append(f"generation capped at {m['max_gen_tokens']} tokens on both arms")
+    return verdict
+
+
+def require_complete(run: RunData) -> None:
+    errors = run.errors()
+    if errors:
+        raise EvalgateError(
+            f"{len(errors)} item(s) failed after retries; first: {errors[0]}",
+            fix=f"rerun with --resume {run.dir} to retry only those items",
+        )

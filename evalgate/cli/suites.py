@@ -1,0 +1,40 @@
+"""``evalgate suites list``: every suite with its metrics, item count and data source."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from evalgate.suites import SuiteOptions, default_registry
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("suites", help="list the suites")
+    p.add_argument("action", choices=["list"], help="list")
+    p.add_argument("--data-dir", type=Path, help="local copy of the benchmark data (layout of shared/data)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    reg = default_registry()
+    options = SuiteOptions(data_dir=args.data_dir)
+    table = Table()
+    for col in ("suite", "metrics (primary first)", "items (full)", "source"):
+        table.add_column(col)
+    for name in reg.names():
+        if ":" in name:
+            table.add_row(name, "pass", "-", "your folder")
+            continue
+        suite = reg.get(name)
+        try:
+            size = str(suite.size(options))
+        except Exception as exc:  # a missing Hub dataset should not hide the other suites
+            size = f"unavailable ({type(exc).__name__})"
+        table.add_row(name, ", ".join(suite.metrics), size, suite.source(options))
+    Console().print(table)
+    return 0

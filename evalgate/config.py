@@ -1,0 +1,91 @@
+"""``evalgate.toml``: engine settings shared by both arms, and user-defined variants.
+
+Example::
+
+    [llamacpp]
+    ctx_per_slot = 4096   # tokens of context per parallel slot
+    parallel = 4          # -np: parallel slots, also the client concurrency
+
+    [variants.bf16-long]  # a variant of your own; `base` is what it starts from
+    base = "bf16"
+    args = { "-c" = "32768" }
+
+Every flag of ``evalgate compare`` has a matching field; the command line wins.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evalgate.errors import ConfigError
+from evalgate.variants import Variant, parse_variant, variant_from_config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["EvalgateConfig", "load_config"]
+
+
+class LlamaCppConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ctx_per_slot: int = Field(4096, ge=256, description="Context tokens per parallel slot.")
+    parallel: int = Field(4, ge=1, le=256, description="Parallel slots (-np) and client concurrency.")
+    threads: int = Field(2, ge=1, description="CPU threads (-t).")
+    ready_timeout_s: float = Field(120.0, gt=0, description="Seconds to wait for /health.")
+
+
+class VariantConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base: str = Field("bf16", description="Built-in variant this one starts from.")
+    model: str | None = Field(None, description="Weights checkpoint path, overriding the engine default.")
+    weights: str | None = Field(None, description="Weights precision label: bf16, fp8 or int4.")
+    kv: str | None = Field(None, description="KV cache precision label: bf16 or fp8.")
+    args: dict[str, str | bool] = Field(default_factory=dict, description="Extra engine flags.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+
+
+class EvalgateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    engine: str | None = Field(None, description="Engine: llamacpp (default on CPU).")
+    llamacpp: LlamaCppConfig = Field(default_factory=LlamaCppConfig)
+    variants: dict[str, VariantConfig] = Field(default_factory=dict)
+
+    def custom_variants(self) -> dict[str, Variant]:
+        out: dict[str, Variant] = {}
+        for name, vc in self.variants.items():
+            table: dict[str, Any] = {k: v for k, v in vc.model_dump().items() if v is not None}
+            out[name] = variant_from_config(name, table, {})
+        return out
+
+    def variant(self, name: str) -> Variant:
+        return parse_variant(name, self.custom_variants())
+
+
+def load_config(path: Path | None) -> EvalgateConfig:
+    """Load ``path``, or ``./evalgate.toml`` when it exists, or the defaults."""
+    if path is None:
+        default = Path("evalgate.toml")
+        if not default.exists():
+            return EvalgateConfig()
+        path = default
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist", fix="check the --config path")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}", fix="fix the line it names") from exc
+    try:
+        return EvalgateConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"{path}: {where}: {first['msg']}",
+            fix="see the example at the top of evalgate/config.py or the README's configuration section",
+        ) from exc

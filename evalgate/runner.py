@@ -1,0 +1,294 @@
+"""The compare loop: check the pair, launch each arm, preflight, run suites, record every item.
+
+Arms run one after the other (one engine at a time fits on one GPU and on two CPU cores);
+each item's record is appended and flushed as soon as it is scored, so an interrupted run
+resumes where it stopped and never loses a completed item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from evalgate.client import RequestFailed
+from evalgate.config import EvalgateConfig
+from evalgate.engines import get_engine
+from evalgate.errors import ConfigError, EvalgateError, PreflightError
+from evalgate.manifest import (
+    MANIFEST_SCHEMA,
+    command_line,
+    git_state,
+    load_manifest,
+    package_versions,
+    utc_now,
+    write_manifest,
+)
+from evalgate.models import file_sha256
+from evalgate.preflight import preflight
+from evalgate.records import Record, RecordStore
+from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
+from evalgate.variants import LaunchSpec, check_only_quantization
+
+__all__ = ["CompareRequest", "RunPlan", "plan_compare", "run_arms"]
+
+ARMS = ("baseline", "candidate")
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """Everything ``evalgate compare`` was asked to do (one field per flag)."""
+
+    baseline: str
+    candidate: str
+    suites: tuple[str, ...]
+    preset: str = "smoke"
+    limit: int | None = None
+    data_dir: Path | None = None
+    out: Path | None = None
+    alpha: float = 0.05
+    engine: str | None = None
+    seed: int = 1234
+    allow_diff: tuple[str, ...] = ()
+    resume: Path | None = None
+    max_gen_tokens: int | None = None
+    errors_as_wrong: bool = False
+
+
+@dataclass
+class RunPlan:
+    request: CompareRequest
+    run_dir: Path
+    run_id: str
+    engine: Any
+    specs: dict[str, LaunchSpec]
+    suites: list[Suite]
+    items: dict[str, list[Item]]
+    options: SuiteOptions
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def _run_id(req: CompareRequest) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{req.baseline}-vs-{req.candidate}-{secrets.token_hex(2)}".replace("+", "_")
+
+
+def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> RunPlan:
+    """Everything that can fail without a server: config, variants, the fairness check, items."""
+    if req.preset not in PRESETS:
+        raise ConfigError(f"unknown preset {req.preset!r}", fix=f"use one of {', '.join(PRESETS)}")
+    engine = get_engine(req.engine or cfg.engine, cfg)
+    variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
+    specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
+    diffs = check_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
+    if diffs:
+        table = "\n".join(f"  {k}: baseline={a!r} candidate={b!r}" for k, a, b in diffs)
+        raise ConfigError(
+            f"the pair differs in more than quantization ({len(diffs)} setting(s)), so a difference "
+            "in answers could not be blamed on quantization",
+            fix="make the variants equal in these settings, or pass --allow-diff KEY for each "
+            "(recorded in the report)",
+            detail="differences:\n" + table,
+        )
+    registry = default_registry()
+    suites = [registry.get(name) for name in req.suites]
+    options = SuiteOptions(data_dir=req.data_dir, seed=req.seed, max_gen_tokens=req.max_gen_tokens,
+                           engine=engine.name)
+    n = req.limit if req.limit is not None else PRESETS[req.preset]
+    items = {}
+    for suite in suites:
+        with console.status(f"loading {suite.name} items"):
+            items[suite.name] = suite.load(options, n)
+    if req.resume:
+        run_dir = Path(req.resume)
+        old = load_manifest(run_dir)
+        run_id = str(old["run_id"])
+    else:
+        run_id = _run_id(req)
+        run_dir = Path(req.out) if req.out else Path("reports") / run_id
+        if (run_dir / "manifest.json").exists():
+            raise ConfigError(
+                f"{run_dir} already holds a run",
+                fix=f"continue it with --resume {run_dir}, or choose another --out",
+            )
+    plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options)
+    plan.manifest = _manifest(plan, variants)
+    if req.resume:
+        _check_resume(old, plan.manifest, run_dir)
+        plan.manifest["arms"] = old["arms"]
+        plan.manifest["created_utc"] = old["created_utc"]
+        plan.manifest["resumed_utc"] = [*old.get("resumed_utc", []), utc_now()]
+    write_manifest(run_dir, plan.manifest)
+    return plan
+
+
+def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
+    req = plan.request
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "run_id": plan.run_id,
+        "created_utc": utc_now(),
+        "finished_utc": None,
+        "command": command_line(),
+        "engine": plan.engine.name,
+        "engine_version": plan.engine.version(),
+        "seed": req.seed,
+        "alpha": req.alpha,
+        "policy": "difference",
+        "preset": req.preset,
+        "limit": req.limit,
+        "max_gen_tokens": req.max_gen_tokens,
+        "allow_diff": list(req.allow_diff),
+        "data_dir": str(req.data_dir) if req.data_dir else None,
+        "git": git_state(),
+        "packages": package_versions(),
+        "variants": {arm: {"name": v.name, "weights": v.weights, "kv": v.kv} for arm, v in variants.items()},
+        "launch": {
+            arm: {"model": s.model, "model_sha256": file_sha256(Path(s.model)) if Path(s.model).is_file() else None,
+                  "args": [[k, v] for k, v in s.args], "env": [[k, v] for k, v in s.env]}
+            for arm, s in plan.specs.items()
+        },
+        "suites": {
+            s.name: {
+                "version": s.version, "metrics": list(s.metrics), "kind": s.kind, "private": s.private,
+                "source": s.source(plan.options), "n": len(plan.items[s.name]),
+                "item_ids": [it.item_id for it in plan.items[s.name]],
+            }
+            for s in plan.suites
+        },
+        "arms": {},
+    }
+
+
+_RESUME_KEYS = ("engine", "engine_version", "seed", "preset", "limit", "max_gen_tokens", "variants", "launch", "suites")
+
+
+def _check_resume(old: dict[str, Any], new: dict[str, Any], run_dir: Path) -> None:
+    mismatched = [k for k in _RESUME_KEYS if old.get(k) != new.get(k)]
+    if mismatched:
+        raise ConfigError(
+            f"--resume {run_dir}: this command differs from the original run in {', '.join(mismatched)}",
+            fix="rerun with exactly the original flags (see `command` in its manifest.json), or start a new run",
+        )
+
+
+def run_arms(plan: RunPlan, console: Console) -> None:
+    """Launch each arm in turn and run every missing item; raises EvalgateError on failure."""
+    store = RecordStore(plan.run_dir)
+    fingerprints: dict[str, str] = {}
+    for arm in ARMS:
+        todo = {s.name: _missing(store, s, plan.items[s.name], arm) for s in plan.suites}
+        arm_info = plan.manifest["arms"].setdefault(arm, {})
+        if not any(todo.values()):
+            if "tokenizer_fingerprint" in arm_info:
+                fingerprints[arm] = arm_info["tokenizer_fingerprint"]
+            continue
+        spec = plan.specs[arm]
+        with plan.engine.launch(spec, name=arm, log_dir=plan.run_dir / "logs") as handle:
+            arm_info.update({"command": handle.command, "started_utc": utc_now(), "server": handle.info})
+            write_manifest(plan.run_dir, plan.manifest)
+            timings = asyncio.run(_run_arm(plan, arm, handle, todo, store, console))
+            arm_info.update({
+                "tokenizer_fingerprint": timings.pop("_fingerprint"),
+                "preflight": timings.pop("_preflight"),
+                "ended_utc": utc_now(),
+            })
+            arm_info.setdefault("durations_s", {}).update(timings)
+            fingerprints[arm] = arm_info["tokenizer_fingerprint"]
+            write_manifest(plan.run_dir, plan.manifest)
+    if len(set(fingerprints.values())) > 1:
+        raise PreflightError(
+            f"the arms tokenize differently ({fingerprints}), so their prompts are not the same",
+            fix="a quantized checkpoint must keep the baseline's tokenizer; check the model files",
+        )
+    plan.manifest["finished_utc"] = utc_now()
+    write_manifest(plan.run_dir, plan.manifest)
+
+
+def _missing(store: RecordStore, suite: Suite, items: Sequence[Item], arm: str) -> list[Item]:
+    done = store.load(suite.name, arm)
+    return [it for it in items if (r := done.get((suite.name, it.item_id, 0))) is None or r.error is not None]
+
+
+async def _run_arm(
+    plan: RunPlan, arm: str, handle: Any, todo: dict[str, list[Item]], store: RecordStore, console: Console
+) -> dict[str, Any]:
+    scorer = plan.engine.scorer(handle, seed=plan.request.seed)
+    try:
+        report = await preflight(scorer, server=arm)
+        out: dict[str, Any] = {"_fingerprint": report.tokenizer_fingerprint, "_preflight": report.checks}
+        variant = plan.manifest["variants"][arm]["name"]
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=False,
+        ) as progress:
+            for suite in plan.suites:
+                items = todo[suite.name]
+                if not items:
+                    continue
+                bar = progress.add_task(f"{arm:9} {variant:10} {suite.name}", total=len(items))
+                t0 = time.perf_counter()
+                await _run_suite(plan, suite, items, scorer, store, arm, variant, progress, bar)
+                out[suite.name] = round(time.perf_counter() - t0, 2)
+        return out
+    finally:
+        await scorer.aclose()
+
+
+async def _run_suite(
+    plan: RunPlan, suite: Suite, items: list[Item], scorer: Any, store: RecordStore,
+    arm: str, variant: str, progress: Progress, bar: Any,
+) -> None:
+    sem = asyncio.Semaphore(max(1, getattr(scorer, "concurrency", 4)))
+    hide = suite.private and not plan.options.reveal_private
+
+    async def one(item: Item) -> None:
+        async with sem:
+            t0 = time.perf_counter()
+            try:
+                res = await suite.run(item, scorer, plan.options)
+                error = None
+            except RequestFailed as exc:
+                res, error = None, str(exc)
+            store.append(Record(
+                run_id=plan.run_id, arm=arm, variant=variant, suite=suite.name, suite_version=suite.version,
+                item_id=item.item_id, repeat=0, prompt_hash=item.prompt_hash,
+                target=None if hide else item.target,
+                response=None if (hide or res is None) else res.response,
+                extracted=None if (hide or res is None) else res.extracted,
+                metrics=res.metrics if res else {}, tokens=res.tokens if res else {},
+                latency_s=round(time.perf_counter() - t0, 4), error=error,
+                extra={**item.extra, **(res.extra if res else {})},
+            ))
+            progress.advance(bar)
+
+    tasks = [asyncio.ensure_future(one(it)) for it in items]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def raise_for_errors(run_dir: Path, suites: Sequence[str]) -> None:
+    """Items that failed after retries end the run with exit 3 instead of a silent score."""
+    store = RecordStore(run_dir)
+    failed: list[str] = []
+    for suite in suites:
+        for arm in ARMS:
+            failed += [f"{suite}/{arm}/{r.item_id}: {r.error}" for r in store.load(suite, arm).values() if r.error]
+    if failed:
+        raise EvalgateError(
+            f"{len(failed)} item(s) failed after retries; first: {failed[0]}",
+            fix=f"rerun with --resume {run_dir} to retry only those items, or pass --errors-as-wrong",
+        )

@@ -1,0 +1,20 @@
+"""Suites: the registry and the built-ins (imported explicitly; no directory scanning)."""
+
+from __future__ import annotations
+
+from evalgate.suites._base import PRESETS, Item, ItemResult, Registry, Scorer, Suite, SuiteOptions
+from evalgate.suites.arc import arc
+from evalgate.suites.gsm8k import gsm8k
+
+__all__ = ["PRESETS", "Item", "ItemResult", "Registry", "Scorer", "Suite", "SuiteOptions", "default_registry"]
+
+DEFAULT_SUITES = ("gsm8k", "arc_easy")
+
+
+def default_registry() -> Registry:
+    """A fresh registry with every built-in suite (no global state to leak between runs)."""
+    reg = Registry()
+    reg.register("gsm8k", gsm8k)
+    reg.register("arc_easy", arc)
+    reg.register("arc_challenge", arc)
+    return reg

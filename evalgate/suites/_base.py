@@ -1,0 +1,163 @@
+"""What a suite is, the one registry of suites, and deterministic item selection."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from evalgate.errors import ConfigError
+
+__all__ = [
+    "PRESETS",
+    "Item",
+    "ItemResult",
+    "Registry",
+    "Scorer",
+    "Suite",
+    "SuiteOptions",
+    "prompt_hash",
+    "select_indices",
+    "stable_seed",
+]
+
+# Items per suite for each preset; None means every test item.
+PRESETS: dict[str, int | None] = {"smoke": 50, "quick": 500, "full": None}
+
+
+class Scorer(Protocol):
+    """The engine-neutral calls a suite makes; each engine implements them over its own API."""
+
+    async def loglikelihood(self, context: str, continuation: str) -> tuple[float, bool, int]: ...
+
+    async def generate(
+        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+    ) -> dict[str, Any]: ...
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    """Run-wide knobs a suite may read; both arms always get the same options."""
+
+    data_dir: Path | None = None
+    seed: int = 1234
+    max_gen_tokens: int | None = None
+    """Cap on generated tokens (smoke presets on CPU); None keeps the task's own limit."""
+    engine: str = "llamacpp"
+    reveal_private: bool = False
+
+
+@dataclass
+class Item:
+    """One scored unit: the same prompt goes to both arms, identified by ``prompt_hash``."""
+
+    item_id: str
+    prompt_hash: str
+    target: Any
+    payload: Any
+    """Suite-private: what ``run`` needs (lm-eval instances, a tool case, ...)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ItemResult:
+    response: Any
+    extracted: Any
+    metrics: dict[str, float]
+    tokens: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Suite(Protocol):
+    name: str
+    version: int
+    metrics: tuple[str, ...]
+    """Metric names, primary first: the primary one is what the gate tests."""
+    kind: str
+    """'loglikelihood', 'generate' or 'chat': how the report shows responses."""
+    private: bool
+
+    def size(self, options: SuiteOptions) -> int: ...
+
+    def source(self, options: SuiteOptions) -> str: ...
+
+    def load(self, options: SuiteOptions, n: int | None) -> list[Item]: ...
+
+    async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult: ...
+
+
+def stable_seed(*parts: object) -> int:
+    """A 32-bit seed from strings and ints, stable across processes (unlike ``hash``)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def select_indices(
+    n_total: int, n: int | None, *, seed: int, suite: str, strata: Sequence[str] | None = None
+) -> list[int]:
+    """A seeded subset, identical for both arms and independent of which other suites run.
+
+    With ``strata`` (e.g. MMLU subjects) the subset takes items from every stratum in
+    proportion, by largest remainder, so a small run still covers all subjects.
+    The result is sorted, so records and prompts come out in dataset order.
+    """
+    rng = np.random.default_rng(stable_seed(seed, suite))
+    if n is None or n >= n_total:
+        return list(range(n_total))
+    if not strata:
+        return sorted(int(i) for i in rng.permutation(n_total)[:n])
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(strata):
+        groups.setdefault(s, []).append(i)
+    names = sorted(groups)
+    quotas = {g: n * len(groups[g]) / n_total for g in names}
+    take = {g: int(quotas[g]) for g in names}
+    by_remainder = sorted(names, key=lambda g: (-(quotas[g] - take[g]), g))
+    for g in by_remainder[: n - sum(take.values())]:
+        take[g] += 1
+    chosen: list[int] = []
+    for g in names:
+        members = groups[g]
+        chosen += [members[int(i)] for i in rng.permutation(len(members))[: take[g]]]
+    return sorted(chosen)
+
+
+def prompt_hash(obj: Any) -> str:
+    """Hash of exactly what is sent (prompts and request options), to prove both arms got it."""
+    data = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+class Registry:
+    """Name -> suite factory. Unknown names get a 'did you mean' error; no import-time magic."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, Callable[[str], Suite]] = {}
+        self._prefixes: dict[str, Callable[[str], Suite]] = {}
+
+    def register(self, name: str, factory: Callable[[str], Suite], *, prefix: bool = False) -> None:
+        table = self._prefixes if prefix else self._factories
+        if name in table:
+            raise ValueError(f"suite {name!r} registered twice")
+        table[name] = factory
+
+    def names(self) -> list[str]:
+        return list(self._factories) + [f"{p}:PATH" for p in self._prefixes]
+
+    def get(self, spec: str) -> Suite:
+        if spec in self._factories:
+            return self._factories[spec](spec)
+        head, sep, _ = spec.partition(":")
+        if sep and head in self._prefixes:
+            return self._prefixes[head](spec)
+        near = difflib.get_close_matches(spec, list(self._factories) + list(self._prefixes), n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ConfigError(f"unknown suite {spec!r}", fix=f"{hint}known suites: {', '.join(self.names())}")

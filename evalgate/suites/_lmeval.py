@@ -1,0 +1,210 @@
+"""Suites whose prompts, filters and metrics are lm-eval's own task definitions.
+
+evalgate loads the installed lm-eval task YAML, points it at a local copy of the data when
+``--data-dir`` is given (same columns as the Hub), and asks lm-eval's task object to build
+each item's requests and to score each item's responses. So prompts and numbers line up with
+lm-eval's published definitions; evalgate only decides which items run and sends requests.
+
+One deliberate difference: few-shot examples are drawn with a seed per item (from the run
+seed and the item id) rather than from one generator that advances over the whole run. An
+item then gets the same prompt whatever other items are selected, which is what makes
+subsets, sharding and resume safe (lm-eval's own order-dependent sampling is a known pitfall).
+Tasks with a ``first_n`` sampler (MMLU, MMLU-Pro) are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import ConfigError
+from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices, stable_seed
+
+__all__ = ["LmEvalSuite", "lm_eval_task_dir"]
+
+
+def lm_eval_task_dir() -> Path:
+    import lm_eval.tasks
+
+    return Path(lm_eval.tasks.__file__).parent
+
+
+@dataclass(frozen=True)
+class LocalData:
+    """Where a task's splits live under ``--data-dir`` (the layout of ``shared/data``)."""
+
+    files: tuple[tuple[str, str], ...]
+    """(lm-eval split name, file under the data dir) pairs."""
+    row_filter: tuple[str, str] | None = None
+    """(column, value): keep rows whose column equals value (e.g. one MMLU subject)."""
+
+
+@dataclass
+class LmEvalSuite:
+    name: str
+    version: int
+    metrics: tuple[str, ...]
+    kind: str
+    yaml: str
+    """Path of the task YAML inside lm-eval's tasks folder."""
+    local: LocalData
+    hub: str
+    item_id: Callable[[dict[str, Any], int], str] = field(default=lambda doc, i: f"test-{i}")
+    strata: Callable[[dict[str, Any]], str] | None = None
+    private: bool = False
+
+    # -- data ---------------------------------------------------------------------------
+    def source(self, options: SuiteOptions) -> str:
+        if options.data_dir:
+            return str(Path(options.data_dir) / self.local.files[-1][1])
+        return f"hub:{self.hub}"
+
+    def task(self, options: SuiteOptions) -> Any:
+        return _load_task(self.yaml, str(options.data_dir) if options.data_dir else None, self.local)
+
+    def size(self, options: SuiteOptions) -> int:
+        return len(self.task(options).eval_docs)
+
+    def load(self, options: SuiteOptions, n: int | None) -> list[Item]:
+        task = self.task(options)
+        docs = task.eval_docs
+        strata = [self.strata(d) for d in docs] if self.strata else None
+        indices = select_indices(len(docs), n, seed=options.seed, suite=self.name, strata=strata)
+        items = []
+        for i in indices:
+            doc = docs[i]
+            item_id = self.item_id(doc, i)
+            instances = build_instances(task, doc, i, seed=stable_seed(options.seed, self.name, item_id))
+            args = [_jsonable_args(inst.arguments, options) for inst in instances]
+            target = task.doc_to_target(doc)
+            extra = {"subject": self.strata(doc)} if self.strata else {}
+            items.append(Item(item_id, prompt_hash(args), target, (task, doc, instances, args), extra))
+        return items
+
+    # -- running --------------------------------------------------------------------------
+    async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
+        task, doc, instances, args = item.payload
+        if instances[0].request_type == "loglikelihood":
+            outs = await asyncio.gather(*(scorer.loglikelihood(a[0], a[1]) for a in args))
+            resps = [(ll, greedy) for ll, greedy, _ in outs]
+            tokens = {"completion": sum(n for _, _, n in outs)}
+            response: Any = [[round(ll, 6), bool(g)] for ll, g in resps]
+        elif instances[0].request_type == "generate_until":
+            ctx, gen = args[0]
+            out = await scorer.generate(
+                ctx, max_tokens=int(gen["max_gen_toks"]), stop=list(gen["until"]),
+                temperature=float(gen.get("temperature", 0.0)), seed=options.seed,
+            )
+            resps = [out["text"]]
+            tokens = {"prompt": out.get("prompt_tokens", 0), "completion": out.get("completion_tokens", 0)}
+            response = out["text"]
+        else:
+            raise ConfigError(f"{self.name}: request type {instances[0].request_type} is not supported", fix="")
+        metrics, extracted = score(task, doc, instances, resps)
+        if instances[0].request_type == "loglikelihood":
+            extracted = _choice_predictions(task, doc, resps)
+        return ItemResult(response, extracted, metrics, tokens)
+
+
+@cache
+def _load_task(yaml: str, data_dir: str | None, local: LocalData) -> Any:
+    """Build lm-eval's ConfigurableTask from its own YAML, optionally on local files (cached)."""
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    from lm_eval.api.task import ConfigurableTask
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    cfg = dict(load_yaml(lm_eval_task_dir() / yaml, resolve_func=True))
+    for key in ("tag", "group", "task_list"):
+        cfg.pop(key, None)
+    if data_dir is not None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        files = {}
+        for split, rel in local.files:
+            path = Path(data_dir) / rel
+            if not path.exists():
+                raise ConfigError(
+                    f"{path} does not exist",
+                    fix="point --data-dir at a folder laid out like shared/data, or omit it to use the Hub",
+                )
+            files[split] = str(path)
+        cfg["dataset_path"] = "json"
+        cfg["dataset_name"] = None
+        cfg["dataset_kwargs"] = {"data_files": files}
+        if local.row_filter:
+            column, value = local.row_filter
+            user_process = cfg.get("process_docs")
+
+            def process(dataset: Any, _c: str = column, _v: str = value, _p: Any = user_process) -> Any:
+                dataset = dataset.filter(lambda row: row[_c] == _v)
+                return _p(dataset) if callable(_p) else dataset
+
+            cfg["process_docs"] = process
+    try:
+        return ConfigurableTask(config=cfg)
+    except Exception as exc:  # datasets raises many types for missing data
+        raise ConfigError(
+            f"could not load the lm-eval task {yaml}: {type(exc).__name__}: {exc}",
+            fix="pass --data-dir with a local copy of the data (the Hub may be unreachable)",
+        ) from exc
+
+
+def build_instances(task: Any, doc: dict[str, Any], doc_id: int, *, seed: int) -> list[Any]:
+    """lm-eval's own context and requests for one document, with a per-item few-shot seed."""
+    task.set_fewshot_seed(seed)
+    ctx = task.fewshot_context(
+        doc,
+        num_fewshot=task.config.num_fewshot or 0,
+        gen_prefix=task.doc_to_prefix(doc),
+    )
+    inst = task.construct_requests(doc=doc, ctx=ctx, metadata=(task.config.task, doc_id, task.config.repeats))
+    return inst if isinstance(inst, list) else [inst]
+
+
+def score(task: Any, doc: dict[str, Any], instances: list[Any], resps: list[Any]) -> tuple[dict[str, float], Any]:
+    """Apply lm-eval's filters and ``process_results`` to one document's responses."""
+    for inst, resp in zip(instances, resps, strict=True):
+        inst.resps = [resp]
+        inst.filtered_resps = {}
+    for ensemble in task._filters:
+        ensemble.apply(instances)
+    keys = list(instances[0].filtered_resps)
+    metrics: dict[str, float] = {}
+    extracted: dict[str, Any] = {}
+    for key in keys:
+        values = task.process_results(doc, [inst.filtered_resps[key] for inst in instances])
+        for metric, value in values.items():
+            metrics[metric if key == "none" else f"{metric},{key}"] = float(value)
+        if key != "none":
+            extracted[key] = instances[0].filtered_resps[key]
+    return metrics, extracted
+
+
+def _choice_predictions(task: Any, doc: dict[str, Any], resps: list[tuple[float, bool]]) -> dict[str, Any]:
+    lls = [ll for ll, _ in resps]
+    choices = task.doc_to_choice(doc)
+    lens = [max(1, len(c)) for c in choices] if isinstance(choices, list) else [1] * len(lls)
+    pred = max(range(len(lls)), key=lambda i: lls[i])
+    pred_norm = max(range(len(lls)), key=lambda i: lls[i] / lens[i])
+    return {"pred": pred, "pred_norm": pred_norm}
+
+
+def _jsonable_args(arguments: tuple[Any, ...], options: SuiteOptions) -> list[Any]:
+    """Request arguments as sent (generation caps applied), for hashing and records."""
+    out = []
+    for a in arguments:
+        if hasattr(a, "kwargs"):  # lm-eval's GenerationKwargs-like objects
+            a = dict(a.kwargs)
+        if isinstance(a, dict):
+            a = dict(a)
+            a.setdefault("max_gen_toks", 256)
+            if options.max_gen_tokens is not None:
+                a["max_gen_toks"] = min(int(a["max_gen_toks"]), options.max_gen_tokens)
+        out.append(a)
+    return out

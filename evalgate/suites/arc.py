@@ -1,0 +1,31 @@
+"""ARC (Clark et al. 2018, "Think you have Solved Question Answering?"), lm-eval ``arc_easy``
+and ``arc_challenge``: 0-shot multiple choice scored by log-likelihood, acc and acc_norm.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalgate.suites._lmeval import LmEvalSuite, LocalData
+
+__all__ = ["arc"]
+
+_SUBSET = {"arc_easy": "ARC-Easy", "arc_challenge": "ARC-Challenge"}
+
+
+def _item_id(doc: dict[str, Any], index: int) -> str:
+    return str(doc["id"])
+
+
+def arc(name: str) -> LmEvalSuite:
+    subset = _SUBSET[name]
+    return LmEvalSuite(
+        name=name,
+        version=1,
+        metrics=("acc", "acc_norm"),
+        kind="loglikelihood",
+        yaml=f"arc/{name}.yaml",
+        local=LocalData(tuple((split, f"arc/{subset}-{split}.jsonl") for split in ("train", "validation", "test"))),
+        hub=f"allenai/ai2_arc {subset}",
+        item_id=_item_id,
+    )
