@@ -51,8 +51,11 @@ def load_run(run_dir: Path) -> RunData:
 def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     """The verdict; ERROR (not a partial PASS) when items are missing or failed."""
     m = run.manifest
-    policy = policy or GatePolicy(alpha=float(m["alpha"]), policy=m.get("policy", "difference"),
-                                  allow_diff=tuple(m.get("allow_diff", ())))
+    policy = policy or GatePolicy(
+        alpha=float(m["alpha"]),
+        policy=m.get("policy", "difference"),
+        allow_diff=tuple(m.get("allow_diff", ())),
+    )
     per_suite = {s: (meta["metrics"], run.pairs[s]) for s, meta in m["suites"].items()}
     verdict = decide(per_suite, policy=policy)
     errors = run.errors()
@@ -60,7 +63,9 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     if errors or incomplete:
         what = f"{len(errors)} item error(s)" if errors else ""
         if incomplete:
-            what += ("; " if what else "") + ", ".join(f"{s} missing {k} pair(s)" for s, k in incomplete.items())
+            what += ("; " if what else "") + ", ".join(
+                f"{s} missing {k} pair(s)" for s, k in incomplete.items()
+            )
         verdict.verdict = "ERROR"
         verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
     if m.get("allow_diff"):

@@ -92,21 +92,26 @@ def paired_row(suite: str, metric: str, pairs: Sequence[Pair], *, primary: bool,
     ci = stats.paired_diff_ci(n11, n10, n01, n00, confidence=1 - policy.alpha) if n else None
     flips = (n10 + n01) / n if n else 0.0
     return Row(
-        suite=suite, metric=metric, primary=primary, n=n,
+        suite=suite,
+        metric=metric,
+        primary=primary,
+        n=n,
         baseline=(n11 + n10) / n if n else 0.0,
         candidate=(n11 + n01) / n if n else 0.0,
         delta=(n01 - n10) / n if n else 0.0,
-        n11=n11, n10=n10, n01=n01, n00=n00, flips=flips,
+        n11=n11,
+        n10=n10,
+        n01=n01,
+        n00=n00,
+        flips=flips,
         p_value=float(test.pvalue),
         ci_low=float(ci.low) if ci else -1.0,
         ci_high=float(ci.high) if ci else 1.0,
-        mde=float(stats.mde(n, flips, alpha=policy.alpha, alternative=alternative)) if n else 1.0,
+        mde=min(1.0, float(stats.mde(n, flips, alpha=policy.alpha, alternative=alternative))) if n else 1.0,
     )
 
 
-def decide(
-    per_suite: Mapping[str, tuple[Sequence[str], Sequence[Pair]]], *, policy: GatePolicy
-) -> Verdict:
+def decide(per_suite: Mapping[str, tuple[Sequence[str], Sequence[Pair]]], *, policy: GatePolicy) -> Verdict:
     """``per_suite``: suite -> (metrics with the primary first, its pairs)."""
     rows = [
         paired_row(suite, metric, pairs, primary=(i == 0), policy=policy)

@@ -48,7 +48,9 @@ def git_state(path: Path | None = None) -> dict[str, Any]:
             return {"commit": None, "dirty": None}
         status = subprocess.run(
             ["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
         return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
     except (OSError, subprocess.TimeoutExpired):

@@ -61,10 +61,17 @@ async def preflight(scorer: PreflightScorer, *, server: str, chat: bool = True) 
         if not all(math.isfinite(v) for v in values) or any(v > 1e-6 for v in values):
             _fail(report, server, "logprobs sane", f"log-probabilities {values} are not finite and <= 0")
         if ll_good == 0.0 and ll_bad == 0.0:
-            _fail(report, server, "logprobs sane", "all log-probabilities are 0: the server is not scoring prompts")
+            _fail(
+                report,
+                server,
+                "logprobs sane",
+                "all log-probabilities are 0: the server is not scoring prompts",
+            )
         if not ll_good > ll_bad:
             _fail(
-                report, server, "logprobs ordered",
+                report,
+                server,
+                "logprobs ordered",
                 f"{context!r}: {good!r} scored {ll_good:.3f} but {bad!r} scored {ll_bad:.3f}",
             )
         report.add("logprobs", True, f"{context!r}: {good!r} {ll_good:.3f} > {bad!r} {ll_bad:.3f}")
@@ -76,13 +83,19 @@ async def preflight(scorer: PreflightScorer, *, server: str, chat: bool = True) 
             _fail(report, server, "tokenizer round-trip", f"{text!r} came back as {back!r}")
         fingerprint.update(repr(tokens).encode())
     report.tokenizer_fingerprint = fingerprint.hexdigest()[:16]
-    report.add("tokenizer round-trip", True, f"{len(ROUNDTRIP_TEXTS)} texts; fingerprint {report.tokenizer_fingerprint}")
+    report.add(
+        "tokenizer round-trip",
+        True,
+        f"{len(ROUNDTRIP_TEXTS)} texts; fingerprint {report.tokenizer_fingerprint}",
+    )
     if chat:
         marker = "evalgate-preflight-7f3a"
         rendered = await scorer.render_chat([{"role": "user", "content": marker}])
         if marker not in rendered or rendered.strip() == marker:
             _fail(
-                report, server, "chat template applied",
+                report,
+                server,
+                "chat template applied",
                 f"the rendered chat prompt {rendered[:200]!r} shows no template around the message",
             )
         report.add("chat template applied", True, f"rendered {len(rendered)} chars around the message")

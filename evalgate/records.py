@@ -135,9 +135,7 @@ class Pair:
     candidate: Record
 
 
-def pair_records(
-    baseline: Iterable[Record], candidate: Iterable[Record], *, suite: str
-) -> list[Pair]:
+def pair_records(baseline: Iterable[Record], candidate: Iterable[Record], *, suite: str) -> list[Pair]:
     """Pair by (item_id, repeat); refuse when a pair's prompts differ (never compare different prompts)."""
     base = {(r.item_id, r.repeat): r for r in baseline if r.error is None}
     cand = {(r.item_id, r.repeat): r for r in candidate if r.error is None}

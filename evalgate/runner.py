@@ -100,8 +100,9 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
         )
     registry = default_registry()
     suites = [registry.get(name) for name in req.suites]
-    options = SuiteOptions(data_dir=req.data_dir, seed=req.seed, max_gen_tokens=req.max_gen_tokens,
-                           engine=engine.name)
+    options = SuiteOptions(
+        data_dir=req.data_dir, seed=req.seed, max_gen_tokens=req.max_gen_tokens, engine=engine.name
+    )
     n = req.limit if req.limit is not None else PRESETS[req.preset]
     items = {}
     for suite in suites:
@@ -152,14 +153,22 @@ def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
         "packages": package_versions(),
         "variants": {arm: {"name": v.name, "weights": v.weights, "kv": v.kv} for arm, v in variants.items()},
         "launch": {
-            arm: {"model": s.model, "model_sha256": file_sha256(Path(s.model)) if Path(s.model).is_file() else None,
-                  "args": [[k, v] for k, v in s.args], "env": [[k, v] for k, v in s.env]}
+            arm: {
+                "model": s.model,
+                "model_sha256": file_sha256(Path(s.model)) if Path(s.model).is_file() else None,
+                "args": [[k, v] for k, v in s.args],
+                "env": [[k, v] for k, v in s.env],
+            }
             for arm, s in plan.specs.items()
         },
         "suites": {
             s.name: {
-                "version": s.version, "metrics": list(s.metrics), "kind": s.kind, "private": s.private,
-                "source": s.source(plan.options), "n": len(plan.items[s.name]),
+                "version": s.version,
+                "metrics": list(s.metrics),
+                "kind": s.kind,
+                "private": s.private,
+                "source": s.source(plan.options),
+                "n": len(plan.items[s.name]),
                 "item_ids": [it.item_id for it in plan.items[s.name]],
             }
             for s in plan.suites
@@ -168,7 +177,17 @@ def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_RESUME_KEYS = ("engine", "engine_version", "seed", "preset", "limit", "max_gen_tokens", "variants", "launch", "suites")
+_RESUME_KEYS = (
+    "engine",
+    "engine_version",
+    "seed",
+    "preset",
+    "limit",
+    "max_gen_tokens",
+    "variants",
+    "launch",
+    "suites",
+)
 
 
 def _check_resume(old: dict[str, Any], new: dict[str, Any], run_dir: Path) -> None:
@@ -193,14 +212,23 @@ def run_arms(plan: RunPlan, console: Console) -> None:
             continue
         spec = plan.specs[arm]
         with plan.engine.launch(spec, name=arm, log_dir=plan.run_dir / "logs") as handle:
-            arm_info.update({"command": handle.command, "started_utc": utc_now(), "server": handle.info})
+            arm_info.update(
+                {
+                    "command": handle.command,
+                    "started_utc": utc_now(),
+                    "server": handle.info,
+                    "pid": handle.process.pid if handle.process else None,
+                }
+            )
             write_manifest(plan.run_dir, plan.manifest)
             timings = asyncio.run(_run_arm(plan, arm, handle, todo, store, console))
-            arm_info.update({
-                "tokenizer_fingerprint": timings.pop("_fingerprint"),
-                "preflight": timings.pop("_preflight"),
-                "ended_utc": utc_now(),
-            })
+            arm_info.update(
+                {
+                    "tokenizer_fingerprint": timings.pop("_fingerprint"),
+                    "preflight": timings.pop("_preflight"),
+                    "ended_utc": utc_now(),
+                }
+            )
             arm_info.setdefault("durations_s", {}).update(timings)
             fingerprints[arm] = arm_info["tokenizer_fingerprint"]
             write_manifest(plan.run_dir, plan.manifest)
@@ -227,8 +255,12 @@ async def _run_arm(
         out: dict[str, Any] = {"_fingerprint": report.tokenizer_fingerprint, "_preflight": report.checks}
         variant = plan.manifest["variants"][arm]["name"]
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=False,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
         ) as progress:
             for suite in plan.suites:
                 items = todo[suite.name]
@@ -244,8 +276,15 @@ async def _run_arm(
 
 
 async def _run_suite(
-    plan: RunPlan, suite: Suite, items: list[Item], scorer: Any, store: RecordStore,
-    arm: str, variant: str, progress: Progress, bar: Any,
+    plan: RunPlan,
+    suite: Suite,
+    items: list[Item],
+    scorer: Any,
+    store: RecordStore,
+    arm: str,
+    variant: str,
+    progress: Progress,
+    bar: Any,
 ) -> None:
     sem = asyncio.Semaphore(max(1, getattr(scorer, "concurrency", 4)))
     hide = suite.private and not plan.options.reveal_private
@@ -258,16 +297,26 @@ async def _run_suite(
                 error = None
             except RequestFailed as exc:
                 res, error = None, str(exc)
-            store.append(Record(
-                run_id=plan.run_id, arm=arm, variant=variant, suite=suite.name, suite_version=suite.version,
-                item_id=item.item_id, repeat=0, prompt_hash=item.prompt_hash,
-                target=None if hide else item.target,
-                response=None if (hide or res is None) else res.response,
-                extracted=None if (hide or res is None) else res.extracted,
-                metrics=res.metrics if res else {}, tokens=res.tokens if res else {},
-                latency_s=round(time.perf_counter() - t0, 4), error=error,
-                extra={**item.extra, **(res.extra if res else {})},
-            ))
+            store.append(
+                Record(
+                    run_id=plan.run_id,
+                    arm=arm,
+                    variant=variant,
+                    suite=suite.name,
+                    suite_version=suite.version,
+                    item_id=item.item_id,
+                    repeat=0,
+                    prompt_hash=item.prompt_hash,
+                    target=None if hide else item.target,
+                    response=None if (hide or res is None) else res.response,
+                    extracted=None if (hide or res is None) else res.extracted,
+                    metrics=res.metrics if res else {},
+                    tokens=res.tokens if res else {},
+                    latency_s=round(time.perf_counter() - t0, 4),
+                    error=error,
+                    extra={**item.extra, **(res.extra if res else {})},
+                )
+            )
             progress.advance(bar)
 
     tasks = [asyncio.ensure_future(one(it)) for it in items]
@@ -286,7 +335,9 @@ def raise_for_errors(run_dir: Path, suites: Sequence[str]) -> None:
     failed: list[str] = []
     for suite in suites:
         for arm in ARMS:
-            failed += [f"{suite}/{arm}/{r.item_id}: {r.error}" for r in store.load(suite, arm).values() if r.error]
+            failed += [
+                f"{suite}/{arm}/{r.item_id}: {r.error}" for r in store.load(suite, arm).values() if r.error
+            ]
     if failed:
         raise EvalgateError(
             f"{len(failed)} item(s) failed after retries; first: {failed[0]}",

@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
+    console = Console(width=None if Console().is_terminal else 120)
     _, verdict = render_run(args.run_dir)
     print_verdict(verdict, console, run_dir=str(args.run_dir))
     return verdict.exit_code

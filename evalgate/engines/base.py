@@ -116,7 +116,20 @@ class Engine(Protocol):
 
     def launch_spec(self, variant: Variant) -> LaunchSpec: ...
 
-    def launch(self, spec: LaunchSpec, *, name: str, log_dir: Path) -> contextlib.AbstractContextManager[ServerHandle]: ...
+    def launch(
+        self, spec: LaunchSpec, *, name: str, log_dir: Path
+    ) -> contextlib.AbstractContextManager[ServerHandle]: ...
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGKILL it when evalgate dies, even by SIGKILL (no orphans)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: teardown still kills the group on every normal exit path
 
 
 def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
@@ -158,8 +171,13 @@ def run_process(
     with open(log_path, "ab") as log:
         try:
             proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=full_env,
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=full_env,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise ServerStartError(

@@ -60,17 +60,27 @@ def binary_version(binary: Path) -> str:
 def diagnose(log: str) -> str | None:
     """One-line cause and fix for llama-server failures seen in its log."""
     rules = [
-        (r"(?:invalid argument|unknown argument|error while handling argument)[:\s]+(\S+)",
-         "llama-server rejected the flag {0}: remove or correct it in evalgate.toml [variants] args"),
-        (r"couldn't bind|Address already in use|failed to bind",
-         "the port is already in use: omit --port so evalgate picks a free one, or stop the other server"),
-        (r"failed to (?:load|open) model|unable to load model|gguf_init_from_file",
-         "the model file could not be loaded: check the path in evalgate.toml, or delete the cache "
-         "folder (EVALGATE_CACHE) so it is derived again"),
-        (r"V cache quantization requires flash_attn|quantized V cache",
-         "a quantized V cache needs flash attention: do not pass -fa off with -ctv q8_0"),
-        (r"failed to allocate|out of memory|std::bad_alloc",
-         "not enough memory for the model and KV cache: lower -c (context) or -np (parallel slots)"),
+        (
+            r"(?:invalid argument|unknown argument|error while handling argument)[:\s]+(\S+)",
+            "llama-server rejected the flag {0}: remove or correct it in evalgate.toml [variants] args",
+        ),
+        (
+            r"couldn't bind|Address already in use|failed to bind",
+            "the port is already in use: omit --port so evalgate picks a free one, or stop the other server",
+        ),
+        (
+            r"failed to (?:load|open) model|unable to load model|gguf_init_from_file",
+            "the model file could not be loaded: check the path in evalgate.toml, or delete the cache "
+            "folder (EVALGATE_CACHE) so it is derived again",
+        ),
+        (
+            r"V cache quantization requires flash_attn|quantized V cache",
+            "a quantized V cache needs flash attention: do not pass -fa off with -ctv q8_0",
+        ),
+        (
+            r"failed to allocate|out of memory|std::bad_alloc",
+            "not enough memory for the model and KV cache: lower -c (context) or -np (parallel slots)",
+        ),
     ]
     for pattern, message in rules:
         m = re.search(pattern, log, re.IGNORECASE)
@@ -133,8 +143,19 @@ class LlamaCppEngine:
         port = port or free_port()
         api_key = new_api_key()
         alias = f"evalgate-{name}"
-        cmd = [str(binary), "-m", spec.model, "--host", "127.0.0.1", "--port", str(port),
-               "--api-key", api_key, "--alias", alias]
+        cmd = [
+            str(binary),
+            "-m",
+            spec.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--api-key",
+            api_key,
+            "--alias",
+            alias,
+        ]
         for key, value in spec.args:
             cmd += [key] if value is None else [key, value]
         base_url = f"http://127.0.0.1:{port}"
@@ -146,8 +167,15 @@ class LlamaCppEngine:
                 return False
 
         with run_process(
-            cmd, name=name, base_url=base_url, api_key=api_key, log_path=log_dir / f"{name}.log",
-            ready=ready, env=dict(spec.env), timeout_s=self.settings.ready_timeout_s, diagnose=diagnose,
+            cmd,
+            name=name,
+            base_url=base_url,
+            api_key=api_key,
+            log_path=log_dir / f"{name}.log",
+            ready=ready,
+            env=dict(spec.env),
+            timeout_s=self.settings.ready_timeout_s,
+            diagnose=diagnose,
         ) as handle:
             handle.info["kv_buffers_mib"] = kv_buffer_sizes(handle.log_path.read_text(errors="replace"))
             yield handle
@@ -174,8 +202,12 @@ class LlamaCppScorer:
         self.handle = handle
         self.concurrency = concurrency
         self.http = HttpClient(
-            handle.base_url, api_key=handle.api_key, concurrency=concurrency,
-            alive=handle.alive, on_dead=handle.died, seed=seed,
+            handle.base_url,
+            api_key=handle.api_key,
+            concurrency=concurrency,
+            alive=handle.alive,
+            on_dead=handle.died,
+            seed=seed,
         )
         self._tok_cache: dict[str, list[int]] = {}
 
@@ -200,8 +232,13 @@ class LlamaCppScorer:
             return 0.0, True, 0
         grammar = "root ::= " + " ".join(f"<[{t}]>" for t in cont)
         payload = {
-            "prompt": ctx, "max_tokens": len(cont), "temperature": 0.0, "logprobs": 1,
-            "grammar": grammar, "cache_prompt": True, "n_probs": 1,
+            "prompt": ctx,
+            "max_tokens": len(cont),
+            "temperature": 0.0,
+            "logprobs": 1,
+            "grammar": grammar,
+            "cache_prompt": True,
+            "n_probs": 1,
         }
         data = await self.http.post("/v1/completions", payload)
         content = (data["choices"][0].get("logprobs") or {}).get("content") or []
@@ -233,14 +270,18 @@ class LlamaCppScorer:
             context = context[:-n_space]
         whole = await self.tokenize(context + continuation)
         ctx = await self.tokenize(context)
-        return ctx, whole[len(ctx):]
+        return ctx, whole[len(ctx) :]
 
     async def generate(
         self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
     ) -> dict[str, Any]:
         payload = {
-            "prompt": prompt, "max_tokens": max_tokens, "stop": stop[:4], "temperature": temperature,
-            "seed": seed, "cache_prompt": True,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "stop": stop[:4],
+            "temperature": temperature,
+            "seed": seed,
+            "cache_prompt": True,
         }
         data = await self.http.post("/v1/completions", payload)
         text = str(data["choices"][0]["text"])
@@ -249,8 +290,11 @@ class LlamaCppScorer:
             if s and s in text:
                 text = text[: text.index(s)]
         usage = data.get("usage") or {}
-        return {"text": text, "prompt_tokens": usage.get("prompt_tokens", 0),
-                "completion_tokens": usage.get("completion_tokens", 0)}
+        return {
+            "text": text,
+            "prompt_tokens": usage.get("prompt_tokens", 0),
+            "completion_tokens": usage.get("completion_tokens", 0),
+        }
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         return dict(await self.http.post("/v1/chat/completions", payload))

@@ -14,14 +14,33 @@ _STYLE = {"PASS": "bold green", "BLOCK": "bold red", "ERROR": "bold yellow"}
 
 def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> None:
     table = Table(title=None, show_lines=False)
-    for col in ("suite", "metric", "n", "baseline", "candidate", "delta", "n10/n01", "flips", "p", "p_holm", ""):
+    for col in (
+        "suite",
+        "metric",
+        "n",
+        "baseline",
+        "candidate",
+        "delta",
+        "n10/n01",
+        "flips",
+        "p",
+        "p_holm",
+        "",
+    ):
         table.add_column(col, justify="left" if col in ("suite", "metric", "") else "right")
     for r in verdict.suites:
         table.add_row(
-            r.suite, r.metric + ("" if r.primary else " (info)"), str(r.n),
-            f"{r.baseline:.3f}", f"{r.candidate:.3f}", f"{r.delta * 100:+.1f} pt",
-            f"{r.n10}/{r.n01}", f"{r.flips * 100:.1f}%", f"{r.p_value:.3g}",
-            "" if r.p_adjusted is None else f"{r.p_adjusted:.3g}", r.status.upper(),
+            r.suite,
+            r.metric + ("" if r.primary else " (info)"),
+            str(r.n),
+            f"{r.baseline:.3f}",
+            f"{r.candidate:.3f}",
+            f"{r.delta * 100:+.1f} pt",
+            f"{r.n10}/{r.n01}",
+            f"{r.flips * 100:.1f}%",
+            f"{r.p_value:.3g}",
+            "" if r.p_adjusted is None else f"{r.p_adjusted:.3g}",
+            r.status.upper(),
         )
     console.print(table)
     console.print(f"[{_STYLE.get(verdict.verdict, 'bold')}]{verdict.verdict}[/]: {verdict.reason}")

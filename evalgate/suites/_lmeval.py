@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.errors import ConfigError
-from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices, stable_seed
+from evalgate.suites._base import (
+    Item,
+    ItemResult,
+    Scorer,
+    SuiteOptions,
+    prompt_hash,
+    select_indices,
+    stable_seed,
+)
 
 __all__ = ["LmEvalSuite", "lm_eval_task_dir"]
 
@@ -98,14 +106,19 @@ class LmEvalSuite:
         elif instances[0].request_type == "generate_until":
             ctx, gen = args[0]
             out = await scorer.generate(
-                ctx, max_tokens=int(gen["max_gen_toks"]), stop=list(gen["until"]),
-                temperature=float(gen.get("temperature", 0.0)), seed=options.seed,
+                ctx,
+                max_tokens=int(gen["max_gen_toks"]),
+                stop=list(gen["until"]),
+                temperature=float(gen.get("temperature", 0.0)),
+                seed=options.seed,
             )
             resps = [out["text"]]
             tokens = {"prompt": out.get("prompt_tokens", 0), "completion": out.get("completion_tokens", 0)}
             response = out["text"]
         else:
-            raise ConfigError(f"{self.name}: request type {instances[0].request_type} is not supported", fix="")
+            raise ConfigError(
+                f"{self.name}: request type {instances[0].request_type} is not supported", fix=""
+            )
         metrics, extracted = score(task, doc, instances, resps)
         if instances[0].request_type == "loglikelihood":
             extracted = _choice_predictions(task, doc, resps)
@@ -167,7 +180,9 @@ def build_instances(task: Any, doc: dict[str, Any], doc_id: int, *, seed: int) -
     return inst if isinstance(inst, list) else [inst]
 
 
-def score(task: Any, doc: dict[str, Any], instances: list[Any], resps: list[Any]) -> tuple[dict[str, float], Any]:
+def score(
+    task: Any, doc: dict[str, Any], instances: list[Any], resps: list[Any]
+) -> tuple[dict[str, float], Any]:
     """Apply lm-eval's filters and ``process_results`` to one document's responses."""
     for inst, resp in zip(instances, resps, strict=True):
         inst.resps = [resp]

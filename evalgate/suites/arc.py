@@ -25,7 +25,9 @@ def arc(name: str) -> LmEvalSuite:
         metrics=("acc", "acc_norm"),
         kind="loglikelihood",
         yaml=f"arc/{name}.yaml",
-        local=LocalData(tuple((split, f"arc/{subset}-{split}.jsonl") for split in ("train", "validation", "test"))),
+        local=LocalData(
+            tuple((split, f"arc/{subset}-{split}.jsonl") for split in ("train", "validation", "test"))
+        ),
         hub=f"allenai/ai2_arc {subset}",
         item_id=_item_id,
     )

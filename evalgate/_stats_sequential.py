@@ -1,0 +1,110 @@
+"""Always-valid sequential test on the stream of discordant pairs (re-exported by ``evalgate.stats``).
+
+Each discordant pair is a regression (baseline right, candidate wrong) with probability theta;
+H0 is theta = 1/2. Mixing the likelihood ratio over theta ~ Beta(a, b) gives the e-process
+
+    E_t = 2^(r+s) B(a + r, b + s) / B(a, b),   r regressions and s improvements after t pairs,
+
+a nonnegative martingale with mean 1 under H0, so by Ville's inequality P(sup_t E_t >= 1/alpha)
+<= alpha: the stream may be checked after every pair and stopped at any time without inflating
+the false-block rate. With a = b the mixture is symmetric, so the test is two-sided (it grows
+for a regression or an improvement); read the direction from ``regressions``/``improvements``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy.special import betaln
+
+__all__ = ["SequentialResult", "sequential_evalue", "sequential_test"]
+
+
+@dataclass(frozen=True)
+class SequentialResult:
+    """Where and why a sequential test on the discordant stream stopped."""
+
+    stopped_at: int  # discordant pairs consumed when the decision was made
+    decision: Literal["block", "futile", "continue"]
+    evalue: float  # E at stopped_at
+    regressions: int  # r at stopped_at
+    improvements: int  # s at stopped_at
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a non-negative integer count, got bool {value!r}")
+    try:
+        out = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{name} must be a non-negative integer count, got {value!r}") from None
+    if out < 0:
+        raise ValueError(f"{name} must be a non-negative integer count, got {out}")
+    return out
+
+
+def _shape(name: str, value: float) -> float:
+    v = float(value)
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a positive finite Beta shape, got {value!r}")
+    return v
+
+
+def _log_evalue(r: np.ndarray | int, s: np.ndarray | int, a: float, b: float) -> np.ndarray:
+    out = (np.asarray(r) + np.asarray(s)) * math.log(2.0) + betaln(a + r, b + s) - betaln(a, b)
+    return np.asarray(out, dtype=float)
+
+
+def sequential_evalue(regressions: int, improvements: int, *, a: float = 1.0, b: float = 1.0) -> float:
+    """Beta-binomial mixture e-value 2^(r+s) B(a+r, b+s) / B(a, b), computed in log space."""
+    r, s = (_count(k, v) for k, v in (("regressions", regressions), ("improvements", improvements)))
+    return float(np.exp(_log_evalue(r, s, _shape("a", a), _shape("b", b))))
+
+
+def sequential_test(
+    discordant: Sequence[int],
+    *,
+    alpha: float = 0.05,
+    a: float = 1.0,
+    b: float = 1.0,
+    n_total: int | None = None,
+) -> SequentialResult:
+    """Walk the discordant stream (1 = regression, 0 = improvement) and stop at the first decision.
+
+    ``"block"``: E reached 1/alpha. ``"futile"``: E can no longer reach 1/alpha, because even
+    the best case, every remaining pair in one direction, stays below it. ``n_total`` bounds the
+    stream's final length; a caller that has run k of N items passes ``len(discordant) + N - k``
+    (the items left can add at most that many pairs). Without it there is no futility stop.
+
+    The bound is exact, not a heuristic: for a fixed number of further pairs, log E is convex in
+    how they split, so its maximum is at an all-one-way split, and along an all-one-way path E is
+    first falling then rising, so its maximum is at the path's end.
+    """
+    x = np.asarray(discordant)
+    if x.ndim != 1 or (x.size and not np.isin(x, (0, 1)).all()):
+        raise ValueError("discordant must be a 1-D sequence of 0 (improvement) and 1 (regression)")
+    if not 0 < float(alpha) < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    a, b = _shape("a", a), _shape("b", b)
+    t = x.size
+    if n_total is not None and _count("n_total", n_total) < t:
+        raise ValueError(f"n_total ({n_total}) is smaller than the stream's length ({t})")
+    r = np.concatenate(([0], np.cumsum(x == 1)))
+    s = np.arange(t + 1) - r
+    log_e = _log_evalue(r, s, a, b)
+    threshold = math.log(1 / float(alpha))
+    blocked = np.flatnonzero(log_e >= threshold)
+    decision: Literal["block", "futile", "continue"] = "block" if blocked.size else "continue"
+    stop = int(blocked[0]) if blocked.size else t
+    if n_total is not None:
+        left = n_total - np.arange(t + 1)
+        best = np.maximum(_log_evalue(r + left, s, a, b), _log_evalue(r, s + left, a, b))
+        futile = np.flatnonzero(np.maximum(best, log_e) < threshold)
+        if futile.size and (decision == "continue" or futile[0] < stop):
+            stop, decision = int(futile[0]), "futile"
+    return SequentialResult(stop, decision, float(np.exp(log_e[stop])), int(r[stop]), int(stop - r[stop]))

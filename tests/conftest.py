@@ -1,0 +1,60 @@
+"""Test isolation: every output and dataset cache goes under tmp; nothing leaves loopback.
+
+The model cache (EVALGATE_CACHE, prepared once by `evalgate setup` in .ci/run) is shared and
+read-only in spirit: tests never download, they skip the end-to-end tier if it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = (REPO / ".." / "shared" / "data").resolve()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not (DATA_DIR / "arc").exists():
+        pytest.skip(f"benchmark data not found at {DATA_DIR}")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def _hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hf")
+
+
+@pytest.fixture(autouse=True)
+def _isolate(tmp_path: Path, _hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(_hf_cache))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(_hf_cache / "datasets"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+
+
+def have_llama_server() -> bool:
+    try:
+        from evalgate.engines.llamacpp import find_binary
+
+        find_binary()
+        return True
+    except Exception:
+        return False
+
+
+def have_models() -> bool:
+    root = Path(os.environ.get("EVALGATE_CACHE") or Path.home() / ".cache" / "evalgate")
+    return (root / "source" / "SmolLM2-135M-Instruct.Q4_1.gguf").exists()
+
+
+needs_server = pytest.mark.skipif(
+    not have_llama_server(), reason="llama-server not installed (pip install '.[cpu]')"
+)
+needs_models = pytest.mark.skipif(
+    not (have_llama_server() and have_models()), reason="run `evalgate setup` first (CI does)"
+)

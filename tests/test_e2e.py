@@ -1,0 +1,135 @@
+"""End to end on the real llama-server with the real SmolLM2 model (marked e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evalgate.cli import main
+
+from .conftest import needs_models
+from .test_launcher import processes_with
+
+pytestmark = [pytest.mark.e2e, needs_models]
+
+
+def records(run: Path, suite: str, arm: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()]
+
+
+def test_aa_pair_passes_with_zero_flips(data_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "aa"
+    code = main(
+        [
+            "compare",
+            "--baseline",
+            "bf16",
+            "--candidate",
+            "bf16",
+            "--suites",
+            "arc_easy",
+            "--limit",
+            "30",
+            "--data-dir",
+            str(data_dir),
+            "--out",
+            str(run),
+        ]
+    )
+    assert code == 0
+    verdict = json.loads((run / "verdict.json").read_text())
+    row = next(r for r in verdict["suites"] if r["suite"] == "arc_easy" and r["primary"])
+    assert verdict["verdict"] == "PASS" and row["n"] == 30 and row["n10"] == row["n01"] == 0
+    base, cand = records(run, "arc_easy", "baseline"), records(run, "arc_easy", "candidate")
+    assert len(base) == len(cand) == 30
+    assert {r["item_id"]: r["prompt_hash"] for r in base} == {r["item_id"]: r["prompt_hash"] for r in cand}
+    assert all(r["schema"] == 1 and r["error"] is None for r in base + cand)
+    manifest = json.loads((run / "manifest.json").read_text())
+    for arm in ("baseline", "candidate"):
+        command = " ".join(manifest["arms"][arm]["command"])
+        assert "--api-key ***" in command and "eg-" not in json.dumps(manifest)
+        assert all(c["ok"] for c in manifest["arms"][arm]["preflight"])
+    assert manifest["launch"]["baseline"]["model_sha256"] and manifest["git"] is not None
+
+
+def test_generation_suite_runs_on_both_arms(data_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "gsm"
+    code = main(
+        [
+            "compare",
+            "--baseline",
+            "bf16",
+            "--candidate",
+            "fp8kv",
+            "--suites",
+            "gsm8k",
+            "--limit",
+            "4",
+            "--max-gen-tokens",
+            "48",
+            "--data-dir",
+            str(data_dir),
+            "--out",
+            str(run),
+        ]
+    )
+    assert code in (0, 1)
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert [r["metric"] for r in verdict["suites"]] == [
+        "exact_match,flexible-extract",
+        "exact_match,strict-match",
+    ]
+    assert verdict["suites"][0]["n"] == 4
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert ["-ctk", "q8_0"] in manifest["launch"]["candidate"]["args"]
+    assert any("generation capped at 48" in n for n in verdict["notes"])
+
+
+def test_killed_candidate_exits_3_keeps_records_and_leaves_no_server(data_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "kill"
+    cmd = [
+        sys.executable,
+        "-m",
+        "evalgate",
+        "compare",
+        "--baseline",
+        "bf16",
+        "--candidate",
+        "bf16",
+        "--suites",
+        "arc_easy",
+        "--limit",
+        "120",
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(run),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
+    cand = run / "items" / "arc_easy.candidate.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if cand.exists() and len(cand.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    pid = json.loads((run / "manifest.json").read_text())["arms"]["candidate"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, (out, err)
+    assert "the candidate server died" in err and "SIGKILL" in err
+    assert "log tail" in err and "--resume" in err
+    for arm in ("baseline", "candidate"):  # every line still valid JSONL
+        assert all(r["schema"] == 1 for r in records(run, "arc_easy", arm))
+    assert len(records(run, "arc_easy", "baseline")) == 120
+    assert processes_with(str(run)) == [] and processes_with("evalgate-candidate") == []
+    assert processes_with("evalgate-baseline") == []

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from scipy.stats import binom
+
+from evalgate.gate import GatePolicy, decide
+from evalgate.records import Pair, Record
+
+
+def _rec(arm: str, i: int, acc: int) -> Record:
+    return Record(
+        run_id="r",
+        arm=arm,
+        variant=arm,
+        suite="s",
+        suite_version=1,
+        item_id=str(i),
+        repeat=0,
+        prompt_hash="h",
+        target=0,
+        response=None,
+        extracted=None,
+        metrics={"acc": float(acc)},
+    )
+
+
+def pairs(n11: int, n10: int, n01: int, n00: int) -> list[Pair]:
+    out, i = [], 0
+    for (b, c), k in (((1, 1), n11), ((1, 0), n10), ((0, 1), n01), ((0, 0), n00)):
+        for _ in range(k):
+            out.append(Pair(str(i), 0, _rec("baseline", i, b), _rec("candidate", i, c)))
+            i += 1
+    return out
+
+
+def midp_two_sided(n10: int, n01: int) -> float:
+    """Independent reference: 2 * [P(X < k) + P(X = k)/2], X ~ Bin(nd, 1/2), k = min."""
+    nd, k = n10 + n01, min(n10, n01)
+    return min(1.0, 2 * (binom.cdf(k - 1, nd, 0.5) + 0.5 * binom.pmf(k, nd, 0.5)))
+
+
+def test_counts_and_midp_against_scipy() -> None:
+    v = decide({"s": (["acc"], pairs(40, 12, 3, 45))}, policy=GatePolicy())
+    row = v.suites[0]
+    assert (row.n, row.n10, row.n01, row.n11, row.n00) == (100, 12, 3, 40, 45)
+    assert abs(row.baseline - 0.52) < 1e-12 and abs(row.candidate - 0.43) < 1e-12
+    assert abs(row.delta - (-0.09)) < 1e-12
+    assert abs(row.p_value - midp_two_sided(12, 3)) < 1e-12
+    assert row.ci_low < row.delta < row.ci_high
+    assert v.verdict == "BLOCK" and v.exit_code == 1
+
+
+def test_identical_arms_pass() -> None:
+    v = decide({"s": (["acc"], pairs(30, 0, 0, 20))}, policy=GatePolicy())
+    assert v.verdict == "PASS" and v.exit_code == 0
+    assert v.suites[0].p_value == 1.0 and v.suites[0].flips == 0.0
+
+
+def test_holm_family_over_primary_metrics_only() -> None:
+    per_suite = {
+        "a": (["acc", "acc_norm"], pairs(40, 9, 1, 50)),
+        "b": (["acc"], pairs(40, 2, 2, 56)),
+    }
+    v = decide(per_suite, policy=GatePolicy())
+    primary = [r for r in v.suites if r.primary]
+    info = [r for r in v.suites if not r.primary]
+    assert len(primary) == 2 and len(info) == 1 and info[0].p_adjusted is None
+    pa, pb = sorted(r.p_value for r in primary)
+    adjusted = sorted(r.p_adjusted for r in primary)
+    assert abs(adjusted[0] - min(1, 2 * pa)) < 1e-12
+    assert abs(adjusted[1] - max(min(1, 2 * pa), pb)) < 1e-12
+
+
+def test_regression_policy_is_one_sided() -> None:
+    improved = pairs(40, 1, 9, 50)
+    assert decide({"s": (["acc"], improved)}, policy=GatePolicy(policy="regression")).verdict == "PASS"
+    assert decide({"s": (["acc"], improved)}, policy=GatePolicy()).verdict == "BLOCK"
+
+
+def test_tiny_runs_give_valid_json() -> None:
+    v = decide({"s": (["acc"], pairs(1, 0, 0, 1))}, policy=GatePolicy())
+    assert "Infinity" not in v.to_json() and v.suites[0].mde <= 1.0

@@ -1,0 +1,149 @@
+"""The launcher's contract on the real llama-server binary: failures name the cause, quote
+the command with the key masked, show the log tail, and leave no process behind."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from evalgate.engines.base import run_process
+from evalgate.engines.llamacpp import LlamaCppEngine, find_binary
+from evalgate.errors import ServerStartError
+from evalgate.variants import LaunchSpec, parse_variant
+
+from .conftest import needs_models, needs_server
+
+
+def processes_with(marker: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+def spec_with(model: str, *extra: tuple[str, str | None]) -> LaunchSpec:
+    base = LlamaCppEngine().settings
+    args = (("-c", "2048"), ("-np", "1"), ("-t", str(base.threads)), *extra)
+    return LaunchSpec("llamacpp", model, args, (), frozenset())
+
+
+@needs_models
+def test_bad_flag_names_the_flag_and_masks_the_key(tmp_path: Path) -> None:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    model = LlamaCppEngine().launch_spec(parse_variant("bf16")).model
+    with (
+        pytest.raises(ServerStartError) as err,
+        LlamaCppEngine().launch(
+            spec_with(model, ("--definitely-not-a-flag", "1")), name=name, log_dir=tmp_path
+        ),
+    ):
+        pass
+    text = err.value.render()
+    assert "exited during startup" in text and "--definitely-not-a-flag" in text
+    assert "--api-key '***'" in text and "eg-" not in text
+    assert "log tail" in text
+    assert processes_with(f"evalgate-{name}") == []
+
+
+@needs_server
+def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with (
+            pytest.raises(ServerStartError, match=f"port {port} on 127.0.0.1 is already in use"),
+            LlamaCppEngine().launch(spec_with("/nonexistent.gguf"), name="x", log_dir=tmp_path, port=port),
+        ):
+            pass
+
+
+@needs_models
+def test_server_that_cannot_bind_is_diagnosed(tmp_path: Path) -> None:
+    """Bypass the pre-check (a port taken between reservation and bind): the log is diagnosed."""
+    model = LlamaCppEngine().launch_spec(parse_variant("bf16")).model
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cmd = [str(find_binary()), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", "512"]
+        from evalgate.engines.llamacpp import diagnose
+
+        with (
+            pytest.raises(ServerStartError) as err,
+            run_process(
+                cmd,
+                name="x",
+                base_url="",
+                api_key="",
+                log_path=tmp_path / "x.log",
+                ready=lambda: False,
+                timeout_s=60,
+                diagnose=diagnose,
+            ),
+        ):
+            pass
+    assert "port is already in use" in err.value.fix
+
+
+@needs_server
+def test_process_that_dies_early_shows_log_tail(tmp_path: Path) -> None:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    with (
+        pytest.raises(ServerStartError) as err,
+        LlamaCppEngine().launch(spec_with(str(tmp_path / "missing.gguf")), name=name, log_dir=tmp_path),
+    ):
+        pass
+    assert "exited during startup" in str(err.value)
+    assert "missing.gguf" in err.value.detail
+    assert "model file could not be loaded" in err.value.fix
+    assert processes_with(f"evalgate-{name}") == []
+
+
+def test_readiness_timeout_kills_the_group(tmp_path: Path) -> None:
+    marker = f"sleeper-{uuid.uuid4().hex[:8]}"
+    cmd = [
+        sys.executable,
+        "-c",
+        f"import subprocess,time; subprocess.Popen(['sleep','60','{marker}']); time.sleep(60)",
+    ]
+    with (
+        pytest.raises(ServerStartError, match="not ready within 1 s"),
+        run_process(
+            cmd,
+            name="sleeper",
+            base_url="",
+            api_key="",
+            log_path=tmp_path / "s.log",
+            ready=lambda: False,
+            timeout_s=1.0,
+        ),
+    ):
+        pass
+    assert processes_with(marker) == []  # the grandchild went with the group
+
+
+@needs_models
+def test_launch_serves_on_loopback_with_key_and_cleans_up(tmp_path: Path) -> None:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    engine = LlamaCppEngine()
+    spec = engine.launch_spec(parse_variant("fp8kv"))
+    with engine.launch(spec, name=name, log_dir=tmp_path) as h:
+        assert h.base_url.startswith("http://127.0.0.1:") and h.alive()
+        assert httpx.get(f"{h.base_url}/v1/models", timeout=5).status_code == 401  # the key is required
+        ok = httpx.get(f"{h.base_url}/v1/models", headers={"Authorization": f"Bearer {h.api_key}"}, timeout=5)
+        assert ok.status_code == 200
+        assert h.info["kv_buffers_mib"].get("K_q8_0")  # the 8-bit KV setting took effect
+        pids = processes_with(f"evalgate-{name}")
+        assert pids
+    assert processes_with(f"evalgate-{name}") == []
