@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,16 @@ class RunData:
             suite: {arm: store.load(suite, arm) for arm in ("baseline", "candidate")}
             for suite in self.manifest["suites"]
         }
+        self.errors_as_wrong = bool(self.manifest.get("request", {}).get("errors_as_wrong"))
+        if self.errors_as_wrong:  # an item that failed after retries scores 0 on that arm
+            for suite, arms in self.records.items():
+                zero = dict.fromkeys(self.manifest["suites"][suite]["metrics"], 0.0)
+                for recs in arms.values():
+                    for key, r in recs.items():
+                        if r.error:
+                            recs[key] = replace(
+                                r, metrics=zero, error=None, extra={**r.extra, "error": r.error}
+                            )
         self.pairs: dict[str, list[Pair]] = {}
         self.missing: dict[str, int] = {}
         for suite, meta in self.manifest["suites"].items():
@@ -54,6 +65,7 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     policy = policy or GatePolicy(
         alpha=float(m["alpha"]),
         policy=m.get("policy", "difference"),
+        margin=m.get("margin"),
         allow_diff=tuple(m.get("allow_diff", ())),
     )
     per_suite = {s: (meta["metrics"], run.pairs[s]) for s, meta in m["suites"].items()}

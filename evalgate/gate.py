@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from evalgate import stats
+from evalgate.errors import ConfigError
 from evalgate.records import Pair
 
 __all__ = ["GatePolicy", "Row", "Verdict", "decide", "paired_row"]
@@ -24,8 +25,51 @@ VERDICT_SCHEMA = 1
 class GatePolicy:
     alpha: float = 0.05
     policy: str = "difference"
-    """'difference' (two-sided, the default), 'regression' (one-sided)."""
+    """'difference' (two-sided, the default), 'regression' (one-sided), 'non-inferiority'."""
+    margin: str | None = None
+    """Non-inferiority margin: '0.02' or '2pt' (absolute), '1%rel' (relative to the baseline)."""
     allow_diff: tuple[str, ...] = ()
+    power_floor: float = 0.02
+    """A passing row whose MDE exceeds this (or the margin) is UNDERPOWERED."""
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ConfigError(f"unknown policy {self.policy!r}", fix=f"use one of {', '.join(POLICIES)}")
+        if self.policy == "non-inferiority" and self.margin is None:
+            raise ConfigError(
+                "the non-inferiority policy needs --margin", fix="e.g. --margin 2pt or --margin 1%rel"
+            )
+        if self.margin is not None:
+            parse_margin(self.margin)
+
+    def margin_for(self, baseline: float) -> float | None:
+        """The margin in accuracy units for a row whose baseline accuracy is ``baseline``."""
+        if self.margin is None:
+            return None
+        value, relative = parse_margin(self.margin)
+        return value * baseline if relative else value
+
+
+POLICIES = ("difference", "regression", "non-inferiority")
+
+
+def parse_margin(text: str) -> tuple[float, bool]:
+    """'0.02' / '2pt' -> (0.02, False); '1%rel' -> (0.01, True)."""
+    t = str(text).strip().lower()
+    try:
+        if t.endswith("%rel"):
+            value, relative = float(t[:-4]) / 100, True
+        elif t.endswith("pt"):
+            value, relative = float(t[:-2]) / 100, False
+        else:
+            value, relative = float(t), False
+    except ValueError:
+        value, relative = -1.0, False
+    if not 0 < value < 1:
+        raise ConfigError(
+            f"margin {text!r} is not a number in (0, 1), 'Npt' or 'N%rel'", fix="e.g. 2pt or 1%rel"
+        )
+    return value, relative
 
 
 @dataclass
@@ -60,6 +104,7 @@ class Verdict:
     reason: str
     suites: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    margin: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -76,7 +121,9 @@ def _binary(value: float) -> int:
     return 1 if value >= 0.5 else 0
 
 
-def paired_row(suite: str, metric: str, pairs: Sequence[Pair], *, primary: bool, policy: GatePolicy) -> Row:
+def paired_row(
+    suite: str, metric: str, pairs: Sequence[Pair], *, primary: bool, policy: GatePolicy, family_size: int = 1
+) -> Row:
     """Counts, accuracy, McNemar mid-p, the CI of the difference and the MDE for one metric."""
     n11 = n10 = n01 = n00 = 0
     for p in pairs:
@@ -87,9 +134,13 @@ def paired_row(suite: str, metric: str, pairs: Sequence[Pair], *, primary: bool,
         n01 += (1 - b) & c
         n00 += (1 - b) & (1 - c)
     n = n11 + n10 + n01 + n00
-    alternative = "less" if policy.policy == "regression" else "two-sided"
+    alternative = "two-sided" if policy.policy == "difference" else "less"
     test = stats.mcnemar(n10, n01, alternative=alternative, mid_p=True)
-    ci = stats.paired_diff_ci(n11, n10, n01, n00, confidence=1 - policy.alpha) if n else None
+    # one-sided policies read the lower bound of the (1 - 2 alpha) interval, i.e. a one-sided alpha bound
+    confidence = (
+        1 - policy.alpha if policy.policy == "difference" else 1 - 2 * policy.alpha / max(1, family_size)
+    )
+    ci = stats.paired_diff_ci(n11, n10, n01, n00, confidence=confidence) if n else None
     flips = (n10 + n01) / n if n else 0.0
     return Row(
         suite=suite,
@@ -113,38 +164,64 @@ def paired_row(suite: str, metric: str, pairs: Sequence[Pair], *, primary: bool,
 
 def decide(per_suite: Mapping[str, tuple[Sequence[str], Sequence[Pair]]], *, policy: GatePolicy) -> Verdict:
     """``per_suite``: suite -> (metrics with the primary first, its pairs)."""
+    k = len(per_suite)
     rows = [
-        paired_row(suite, metric, pairs, primary=(i == 0), policy=policy)
+        paired_row(suite, metric, pairs, primary=(i == 0), policy=policy, family_size=k)
         for suite, (metrics, pairs) in per_suite.items()
         for i, metric in enumerate(metrics)
     ]
-    family = [r for r in rows if r.primary]
+    family = [r for r in rows if r.primary and r.n > 0]
     adjusted = stats.holm([r.p_value for r in family]) if family else []
     for row, p_adj in zip(family, adjusted, strict=True):
         row.p_adjusted = float(p_adj)
-        row.significant = bool(p_adj < policy.alpha)
+        if policy.policy == "non-inferiority":
+            margin = policy.margin_for(row.baseline) or 0.0
+            row.significant = not row.ci_low > -margin  # Bonferroni-level bound, see paired_row
+        else:
+            row.significant = bool(p_adj < policy.alpha)
     for row in rows:
         row.status, row.reason = _row_status(row, policy)
     blocking = [r for r in family if r.significant]
     if blocking:
-        worst = min(blocking, key=lambda r: r.p_adjusted or 1.0)
-        reason = (
-            f"{worst.suite} {worst.metric} changed by {worst.delta * 100:+.1f} pt "
-            f"({worst.baseline:.3f} -> {worst.candidate:.3f}, Holm p = {worst.p_adjusted:.3g} < {policy.alpha})"
-        )
-        return Verdict("BLOCK", policy.alpha, policy.policy, reason, rows)
+        worst = min(blocking, key=lambda r: (r.p_adjusted or 1.0, r.delta))
+        if policy.policy == "non-inferiority":
+            reason = (
+                f"{worst.suite} {worst.metric}: the lower confidence bound {worst.ci_low * 100:+.1f} pt is not "
+                f"above -{(policy.margin_for(worst.baseline) or 0) * 100:.1f} pt (margin {policy.margin})"
+            )
+        else:
+            reason = (
+                f"{worst.suite} {worst.metric} changed by {worst.delta * 100:+.1f} pt "
+                f"({worst.baseline:.3f} -> {worst.candidate:.3f}, Holm p = {worst.p_adjusted:.3g} < {policy.alpha})"
+            )
+        return Verdict("BLOCK", policy.alpha, policy.policy, reason, rows, margin=policy.margin)
     n_items = sum(r.n for r in family)
-    reason = (
-        f"no significant difference on {len(family)} suite(s), {n_items} paired item(s), "
-        f"at alpha {policy.alpha} after Holm"
-    )
-    return Verdict("PASS", policy.alpha, policy.policy, reason, rows)
+    what = "no significant regression" if policy.policy == "regression" else "no significant difference"
+    if policy.policy == "non-inferiority":
+        what = f"non-inferior within margin {policy.margin}"
+    reason = f"{what} on {len(family)} suite(s), {n_items} paired item(s), at alpha {policy.alpha} after Holm"
+    weak = [r for r in family if r.status == "underpowered"]
+    if weak:
+        reason += (
+            f"; UNDERPOWERED: {', '.join(r.suite for r in weak)} could only detect changes of "
+            f"{max(r.mde for r in weak) * 100:.1f} pt or more, so this PASS only means no difference "
+            f"was detected at n = {min(r.n for r in weak)}"
+        )
+    return Verdict("PASS", policy.alpha, policy.policy, reason, rows, margin=policy.margin)
 
 
 def _row_status(row: Row, policy: GatePolicy) -> tuple[str, str]:
-    where = f"delta {row.delta * 100:+.1f} pt, p = {row.p_value:.3g}"
+    where = f"delta {row.delta * 100:+.1f} pt, CI [{row.ci_low * 100:+.1f}, {row.ci_high * 100:+.1f}], p = {row.p_value:.3g}"
+    if row.n == 0:
+        return "missing", "no paired items"
     if not row.primary:
         return "info", f"reported, not gated ({where})"
     if row.significant:
         return "block", f"significant after Holm ({where}, adjusted {row.p_adjusted:.3g})"
+    bar = policy.margin_for(row.baseline) if policy.margin is not None else policy.power_floor
+    if bar is not None and row.mde > bar:
+        return "underpowered", (
+            f"no difference detected ({where}), but n = {row.n} can only detect {row.mde * 100:.1f} pt "
+            f"(needs <= {bar * 100:.1f} pt)"
+        )
     return "pass", f"no significant difference ({where}, adjusted {row.p_adjusted:.3g})"

@@ -8,6 +8,7 @@ resumes where it stopped and never loses a completed item.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from evalgate.client import RequestFailed
 from evalgate.config import EvalgateConfig
 from evalgate.engines import get_engine
 from evalgate.errors import ConfigError, EvalgateError, PreflightError
+from evalgate.gate import GatePolicy
 from evalgate.manifest import (
     MANIFEST_SCHEMA,
     command_line,
@@ -61,6 +63,9 @@ class CompareRequest:
     resume: Path | None = None
     max_gen_tokens: int | None = None
     errors_as_wrong: bool = False
+    reveal_private: bool = False
+    policy: str = "difference"
+    margin: str | None = None
 
 
 @dataclass
@@ -81,8 +86,11 @@ def _run_id(req: CompareRequest) -> str:
     return f"{stamp}-{req.baseline}-vs-{req.candidate}-{secrets.token_hex(2)}".replace("+", "_")
 
 
-def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> RunPlan:
+def plan_compare(
+    req: CompareRequest, cfg: EvalgateConfig, console: Console, *, record: dict[str, Any] | None = None
+) -> RunPlan:
     """Everything that can fail without a server: config, variants, the fairness check, items."""
+    GatePolicy(alpha=req.alpha, policy=req.policy, margin=req.margin)  # validate before any work
     if req.preset not in PRESETS:
         raise ConfigError(f"unknown preset {req.preset!r}", fix=f"use one of {', '.join(PRESETS)}")
     engine = get_engine(req.engine or cfg.engine, cfg)
@@ -101,7 +109,11 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
     registry = default_registry()
     suites = [registry.get(name) for name in req.suites]
     options = SuiteOptions(
-        data_dir=req.data_dir, seed=req.seed, max_gen_tokens=req.max_gen_tokens, engine=engine.name
+        data_dir=req.data_dir,
+        seed=req.seed,
+        max_gen_tokens=req.max_gen_tokens,
+        engine=engine.name,
+        reveal_private=req.reveal_private,
     )
     n = req.limit if req.limit is not None else PRESETS[req.preset]
     items = {}
@@ -122,13 +134,34 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
             )
     plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options)
     plan.manifest = _manifest(plan, variants)
+    plan.manifest["request"] = record or {}
     if req.resume:
         _check_resume(old, plan.manifest, run_dir)
         plan.manifest["arms"] = old["arms"]
+        plan.manifest["request"] = old.get("request", plan.manifest["request"])
         plan.manifest["created_utc"] = old["created_utc"]
         plan.manifest["resumed_utc"] = [*old.get("resumed_utc", []), utc_now()]
     write_manifest(run_dir, plan.manifest)
+    _write_prompts(plan)
     return plan
+
+
+def _write_prompts(plan: RunPlan) -> None:
+    """What each item asked, once per run (shared by both arms), for the report's item browser."""
+    folder = plan.run_dir / "prompts"
+    folder.mkdir(parents=True, exist_ok=True)
+    for suite in plan.suites:
+        if suite.private and not plan.options.reveal_private:
+            continue
+        path = folder / f"{suite.name}.jsonl"
+        if path.exists():
+            continue
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for it in plan.items[suite.name]:
+                row = {"item_id": it.item_id, "prompt_hash": it.prompt_hash, **it.display}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        tmp.replace(path)
 
 
 def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
@@ -143,11 +176,13 @@ def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
         "engine_version": plan.engine.version(),
         "seed": req.seed,
         "alpha": req.alpha,
-        "policy": "difference",
+        "policy": req.policy,
+        "margin": req.margin,
         "preset": req.preset,
         "limit": req.limit,
         "max_gen_tokens": req.max_gen_tokens,
         "allow_diff": list(req.allow_diff),
+        "reveal_private": req.reveal_private,
         "data_dir": str(req.data_dir) if req.data_dir else None,
         "git": git_state(),
         "packages": package_versions(),
@@ -201,6 +236,14 @@ def _check_resume(old: dict[str, Any], new: dict[str, Any], run_dir: Path) -> No
 
 def run_arms(plan: RunPlan, console: Console) -> None:
     """Launch each arm in turn and run every missing item; raises EvalgateError on failure."""
+    try:
+        _run_arms(plan, console)
+    except EvalgateError as exc:
+        exc.fix = exc.fix.replace("RUN_DIR", str(plan.run_dir))
+        raise
+
+
+def _run_arms(plan: RunPlan, console: Console) -> None:
     store = RecordStore(plan.run_dir)
     fingerprints: dict[str, str] = {}
     for arm in ARMS:
@@ -327,19 +370,3 @@ async def _run_suite(
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-
-
-def raise_for_errors(run_dir: Path, suites: Sequence[str]) -> None:
-    """Items that failed after retries end the run with exit 3 instead of a silent score."""
-    store = RecordStore(run_dir)
-    failed: list[str] = []
-    for suite in suites:
-        for arm in ARMS:
-            failed += [
-                f"{suite}/{arm}/{r.item_id}: {r.error}" for r in store.load(suite, arm).values() if r.error
-            ]
-    if failed:
-        raise EvalgateError(
-            f"{len(failed)} item(s) failed after retries; first: {failed[0]}",
-            fix=f"rerun with --resume {run_dir} to retry only those items, or pass --errors-as-wrong",
-        )

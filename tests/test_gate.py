@@ -79,3 +79,39 @@ def test_regression_policy_is_one_sided() -> None:
 def test_tiny_runs_give_valid_json() -> None:
     v = decide({"s": (["acc"], pairs(1, 0, 0, 1))}, policy=GatePolicy())
     assert "Infinity" not in v.to_json() and v.suites[0].mde <= 1.0
+
+
+def test_parse_margin_forms() -> None:
+    from evalgate.gate import parse_margin
+
+    assert parse_margin("2pt") == (0.02, False)
+    assert parse_margin("0.02") == (0.02, False)
+    assert parse_margin("1%rel") == (0.01, True)
+    for bad in ("-1", "abc", "150pt"):
+        try:
+            parse_margin(bad)
+        except Exception as exc:  # ConfigError
+            assert "margin" in str(exc)
+        else:
+            raise AssertionError(bad)
+
+
+def test_non_inferiority_blocks_unless_lower_bound_above_minus_margin() -> None:
+    big = pairs(400, 10, 10, 580)  # n = 1000, delta 0, CI about +-1.3 pt
+    ok = decide({"s": (["acc"], big)}, policy=GatePolicy(policy="non-inferiority", margin="3pt"))
+    assert ok.verdict == "PASS" and "non-inferior" in ok.reason
+    tight = decide({"s": (["acc"], big)}, policy=GatePolicy(policy="non-inferiority", margin="0.5pt"))
+    assert tight.verdict == "BLOCK" and "lower confidence bound" in tight.reason
+    rel = GatePolicy(policy="non-inferiority", margin="10%rel")
+    assert abs(rel.margin_for(0.41) - 0.041) < 1e-12
+
+
+def test_small_run_is_marked_underpowered() -> None:
+    v = decide({"s": (["acc"], pairs(20, 1, 1, 28))}, policy=GatePolicy())
+    assert v.verdict == "PASS" and v.suites[0].status == "underpowered"
+    assert "UNDERPOWERED" in v.reason and "only means no difference" in v.reason
+
+
+def test_missing_rows_are_not_called_pass() -> None:
+    v = decide({"s": (["acc"], [])}, policy=GatePolicy())
+    assert v.suites[0].status == "missing"

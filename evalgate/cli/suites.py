@@ -36,5 +36,5 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # a missing Hub dataset should not hide the other suites
             size = f"unavailable ({type(exc).__name__})"
         table.add_row(name, ", ".join(suite.metrics), size, suite.source(options))
-    Console().print(table)
+    Console(width=None if Console().is_terminal else 140).print(table)
     return 0

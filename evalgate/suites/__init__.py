@@ -5,6 +5,8 @@ from __future__ import annotations
 from evalgate.suites._base import PRESETS, Item, ItemResult, Registry, Scorer, Suite, SuiteOptions
 from evalgate.suites.arc import arc
 from evalgate.suites.gsm8k import gsm8k
+from evalgate.suites.mmlu import mmlu
+from evalgate.suites.mmlu_pro import mmlu_pro
 
 __all__ = ["PRESETS", "Item", "ItemResult", "Registry", "Scorer", "Suite", "SuiteOptions", "default_registry"]
 
@@ -17,4 +19,6 @@ def default_registry() -> Registry:
     reg.register("gsm8k", gsm8k)
     reg.register("arc_easy", arc)
     reg.register("arc_challenge", arc)
+    reg.register("mmlu", mmlu)
+    reg.register("mmlu_pro", mmlu_pro)
     return reg

@@ -65,6 +65,9 @@ class Item:
     payload: Any
     """Suite-private: what ``run`` needs (lm-eval instances, a tool case, ...)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    display: dict[str, Any] = field(default_factory=dict)
+    """What a reviewer reads in the report: ``prompt`` (str) and ``choices`` (list or None).
+    Written once per run to ``prompts/<suite>.jsonl``, never for private suites."""
 
 
 @dataclass

@@ -53,46 +53,69 @@ class LocalData:
     """(column, value): keep rows whose column equals value (e.g. one MMLU subject)."""
 
 
+@dataclass(frozen=True)
+class Member:
+    """One lm-eval task of a suite; a suite like MMLU has one member per subject."""
+
+    label: str
+    yaml: str
+    """Path of the task YAML inside lm-eval's tasks folder."""
+    local: LocalData
+
+
 @dataclass
 class LmEvalSuite:
     name: str
     version: int
     metrics: tuple[str, ...]
     kind: str
-    yaml: str
-    """Path of the task YAML inside lm-eval's tasks folder."""
-    local: LocalData
+    members: tuple[Member, ...]
     hub: str
     item_id: Callable[[dict[str, Any], int], str] = field(default=lambda doc, i: f"test-{i}")
-    strata: Callable[[dict[str, Any]], str] | None = None
     private: bool = False
 
     # -- data ---------------------------------------------------------------------------
     def source(self, options: SuiteOptions) -> str:
         if options.data_dir:
-            return str(Path(options.data_dir) / self.local.files[-1][1])
+            return str(Path(options.data_dir) / self.members[0].local.files[-1][1])
         return f"hub:{self.hub}"
 
-    def task(self, options: SuiteOptions) -> Any:
-        return _load_task(self.yaml, str(options.data_dir) if options.data_dir else None, self.local)
+    def task(self, options: SuiteOptions, member: Member | None = None) -> Any:
+        m = member or self.members[0]
+        return _load_task(m.yaml, str(options.data_dir) if options.data_dir else None, m.local)
+
+    def docs(self, options: SuiteOptions) -> list[tuple[Member, Any, int]]:
+        """(member, task, index in that task's test docs) for every test item of the suite."""
+        out = []
+        for m in self.members:
+            task = self.task(options, m)
+            out += [(m, task, i) for i in range(len(task.eval_docs))]
+        return out
 
     def size(self, options: SuiteOptions) -> int:
-        return len(self.task(options).eval_docs)
+        return len(self.docs(options))
 
     def load(self, options: SuiteOptions, n: int | None) -> list[Item]:
-        task = self.task(options)
-        docs = task.eval_docs
-        strata = [self.strata(d) for d in docs] if self.strata else None
-        indices = select_indices(len(docs), n, seed=options.seed, suite=self.name, strata=strata)
+        everything = self.docs(options)
+        grouped = len(self.members) > 1
+        strata = [m.label for m, _, _ in everything] if grouped else None
+        indices = select_indices(len(everything), n, seed=options.seed, suite=self.name, strata=strata)
         items = []
-        for i in indices:
-            doc = docs[i]
+        for k in indices:
+            member, task, i = everything[k]
+            doc = task.eval_docs[i]
             item_id = self.item_id(doc, i)
+            if grouped:
+                item_id = f"{member.label}/{item_id}"
             instances = build_instances(task, doc, i, seed=stable_seed(options.seed, self.name, item_id))
             args = [_jsonable_args(inst.arguments, options) for inst in instances]
-            target = task.doc_to_target(doc)
-            extra = {"subject": self.strata(doc)} if self.strata else {}
-            items.append(Item(item_id, prompt_hash(args), target, (task, doc, instances, args), extra))
+            extra = {"subject": member.label} if grouped else {}
+            display = {
+                "prompt": args[0][0],
+                "choices": [a[1] for a in args] if instances[0].request_type == "loglikelihood" else None,
+            }
+            payload = (task, doc, instances, args)
+            items.append(Item(item_id, prompt_hash(args), task.doc_to_target(doc), payload, extra, display))
         return items
 
     # -- running --------------------------------------------------------------------------
@@ -129,6 +152,10 @@ class LmEvalSuite:
 def _load_task(yaml: str, data_dir: str | None, local: LocalData) -> Any:
     """Build lm-eval's ConfigurableTask from its own YAML, optionally on local files (cached)."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    import datasets
+
+    datasets.disable_progress_bars()  # evalgate draws its own progress; datasets' bars are noise
+    datasets.logging.set_verbosity_error()
     from lm_eval.api.task import ConfigurableTask
     from lm_eval.tasks._yaml_loader import load_yaml
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalgate.suites._lmeval import LmEvalSuite, LocalData
+from evalgate.suites._lmeval import LmEvalSuite, LocalData, Member
 
 __all__ = ["arc"]
 
+_SPLITS = ("train", "validation", "test")
 _SUBSET = {"arc_easy": "ARC-Easy", "arc_challenge": "ARC-Challenge"}
 
 
@@ -24,9 +25,10 @@ def arc(name: str) -> LmEvalSuite:
         version=1,
         metrics=("acc", "acc_norm"),
         kind="loglikelihood",
-        yaml=f"arc/{name}.yaml",
-        local=LocalData(
-            tuple((split, f"arc/{subset}-{split}.jsonl") for split in ("train", "validation", "test"))
+        members=(
+            Member(
+                name, f"arc/{name}.yaml", LocalData(tuple((s, f"arc/{subset}-{s}.jsonl") for s in _SPLITS))
+            ),
         ),
         hub=f"allenai/ai2_arc {subset}",
         item_id=_item_id,

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from evalgate.suites._lmeval import LmEvalSuite, LocalData
+from evalgate.suites._lmeval import LmEvalSuite, LocalData, Member
 
 __all__ = ["gsm8k"]
 
@@ -17,7 +17,12 @@ def gsm8k(name: str = "gsm8k") -> LmEvalSuite:
         version=1,
         metrics=("exact_match,flexible-extract", "exact_match,strict-match"),
         kind="generate",
-        yaml="gsm8k/gsm8k.yaml",
-        local=LocalData((("train", "gsm8k/train.jsonl"), ("test", "gsm8k/test.jsonl"))),
+        members=(
+            Member(
+                "gsm8k",
+                "gsm8k/gsm8k.yaml",
+                LocalData((("train", "gsm8k/train.jsonl"), ("test", "gsm8k/test.jsonl"))),
+            ),
+        ),
         hub="openai/gsm8k main",
     )

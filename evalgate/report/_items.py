@@ -1,0 +1,252 @@
+"""The discordant-item browser's data: every paired item whose primary metric differs by arm.
+
+Regressions are n10 (baseline right, candidate wrong), improvements n01, with the same 0.5
+threshold the gate uses, so the counts here equal the suites table's. Private suites keep
+ids and outcomes only: their records carry no text, and no prompts file is read for them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalgate.analysis import RunData
+from evalgate.records import Pair, Record
+from evalgate.report import _format as fmt
+
+__all__ = ["MAX_ITEMS_PER_GROUP", "ArmView", "ChoiceView", "ItemView", "SuiteItems", "discordant_items"]
+
+MAX_ITEMS_PER_GROUP = 200
+"""Items shown per group; the rest are counted and stay in items/*.jsonl (keeps the file small)."""
+PROMPT_CHARS = 2500
+"""Prompt tail shown per item: few-shot prompts end with the question; the examples are shared."""
+RESPONSE_CHARS = 6000
+
+
+@dataclass(frozen=True)
+class ArmView:
+    value: str
+    """The primary metric's value for this arm, e.g. '1' or '0.50'."""
+    passed: bool
+    same: str
+    """Response text both arms share from the start (greedy decoding diverges at one token)."""
+    rest: str
+    """Response text after the arms diverge, highlighted."""
+    cut: int
+    extracted: str
+    answer: str
+    """The extracted answer the primary metric scored (one filter's value, or the picked choice)."""
+
+
+@dataclass(frozen=True)
+class ChoiceView:
+    label: str
+    text: str
+    target: bool
+    baseline: str
+    candidate: str
+    baseline_pick: bool
+    candidate_pick: bool
+
+
+@dataclass(frozen=True)
+class ItemView:
+    item_id: str
+    repeat: int
+    prompt: str
+    prompt_cut: int
+    target: str
+    target_short: str
+    """The target's last line (a GSM8K solution ends in '#### N'), for one-line summaries."""
+    choices: list[ChoiceView]
+    baseline: ArmView
+    candidate: ArmView
+    search: str
+    """Lower-case text the inline filter matches against (ids, target, answers)."""
+
+
+@dataclass(frozen=True)
+class SuiteItems:
+    suite: str
+    anchor: str
+    metric: str
+    kind: str
+    private: bool
+    n: int
+    has_prompts: bool
+    regressions: list[ItemView] = field(default_factory=list)
+    improvements: list[ItemView] = field(default_factory=list)
+    n10: int = 0
+    n01: int = 0
+
+    @property
+    def hidden_regressions(self) -> int:
+        return self.n10 - len(self.regressions)
+
+    @property
+    def hidden_improvements(self) -> int:
+        return self.n01 - len(self.improvements)
+
+
+def _passed(value: float) -> bool:
+    return value >= 0.5
+
+
+def load_prompts(run_dir: Path, suite: str) -> dict[str, dict[str, Any]]:
+    """prompts/<suite>.jsonl by item_id; absent (private suites, old runs) gives {}."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", suite)
+    for name in dict.fromkeys((suite, safe)):
+        path = Path(run_dir) / "prompts" / f"{name}.jsonl"
+        try:
+            if path.is_file():
+                with open(path, encoding="utf-8") as f:
+                    rows = [json.loads(line) for line in f if line.strip()]
+                return {str(r.get("item_id")): r for r in rows if isinstance(r, dict)}
+        except (OSError, ValueError, json.JSONDecodeError):
+            return {}
+    return {}
+
+
+def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
+    meta = run.manifest["suites"][suite]
+    metric = meta["metrics"][0]
+    private = bool(meta.get("private")) and not run.manifest.get("reveal_private")
+    prompts = {} if private else load_prompts(run.dir, suite)
+    groups: dict[str, list[Pair]] = {"n10": [], "n01": []}
+    for pair in run.pairs.get(suite, []):
+        b = _passed(pair.baseline.metrics.get(metric, 0.0))
+        c = _passed(pair.candidate.metrics.get(metric, 0.0))
+        if b != c:
+            groups["n10" if b else "n01"].append(pair)
+
+    def views(pairs: list[Pair]) -> list[ItemView]:
+        return [_item(p, metric, private, prompts.get(p.item_id)) for p in pairs[:MAX_ITEMS_PER_GROUP]]
+
+    return SuiteItems(
+        suite=fmt.clean(suite),
+        anchor=anchor,
+        metric=fmt.clean(metric),
+        kind=str(meta.get("kind", "")),
+        private=private,
+        n=len(run.pairs.get(suite, [])),
+        has_prompts=bool(prompts),
+        regressions=views(groups["n10"]),
+        improvements=views(groups["n01"]),
+        n10=len(groups["n10"]),
+        n01=len(groups["n01"]),
+    )
+
+
+def _item(pair: Pair, metric: str, private: bool, prompt: dict[str, Any] | None) -> ItemView:
+    b, c = pair.baseline, pair.candidate
+    if private:
+        arms = [_arm(r, metric, "", "", 0) for r in (b, c)]
+        return ItemView(
+            fmt.clean(pair.item_id), pair.repeat, "", 0, "", "", [], *arms, fmt.clean(pair.item_id).lower()
+        )
+    text, cut = fmt.tail(fmt.clean(str((prompt or {}).get("prompt") or "")), PROMPT_CHARS)
+    choices = _choices(b, c, (prompt or {}).get("choices"))
+    if choices:
+        arms = [_arm(r, metric, "", "", 0) for r in (b, c)]
+    else:
+        arms = _texts(b, c, metric)
+    target = _target(b.target, choices)
+    lines = [ln.strip() for ln in target.splitlines() if ln.strip()]
+    short = lines[-1] if lines else ""
+    search = " ".join([pair.item_id, short, arms[0].answer, arms[1].answer]).lower()
+    return ItemView(fmt.clean(pair.item_id), pair.repeat, text, cut, target, short, choices, *arms, search)
+
+
+def _arm(r: Record, metric: str, same: str, rest: str, cut: int) -> ArmView:
+    value = float(r.metrics.get(metric, 0.0))
+    shown = f"{value:g}" if value in (0.0, 1.0) else f"{value:.3f}"
+    return ArmView(
+        shown, _passed(value), same, rest, cut, fmt.compact(r.extracted), _answer(r.extracted, metric)
+    )
+
+
+def _answer(extracted: Any, metric: str) -> str:
+    """lm-eval names a metric 'metric,filter' and suites key extracted answers by filter; multiple
+    choice records hold 'pred' (acc) and 'pred_norm' (acc_norm) as choice indices."""
+    if not isinstance(extracted, dict):
+        return fmt.compact(extracted)
+    key = metric.split(",", 1)[1] if "," in metric else {"acc": "pred", "acc_norm": "pred_norm"}.get(metric)
+    if key not in extracted:
+        return fmt.compact(extracted)
+    value = extracted[key]
+    if key in ("pred", "pred_norm") and isinstance(value, int) and 0 <= value < 26:
+        return chr(65 + value)
+    return fmt.compact(value)
+
+
+def _texts(b: Record, c: Record, metric: str) -> list[ArmView]:
+    """Generated (or chat) responses, split where the two arms' texts first differ."""
+    tb, tc = (fmt.clean(r.response) if isinstance(r.response, str) else _pretty(r.response) for r in (b, c))
+    k = 0
+    while k < min(len(tb), len(tc)) and tb[k] == tc[k]:
+        k += 1
+    out = []
+    for r, t in ((b, tb), (c, tc)):
+        cut = max(0, len(t) - RESPONSE_CHARS)
+        shown = t[: len(t) - cut]
+        out.append(_arm(r, metric, shown[:k], shown[k:], cut))
+    return out
+
+
+def _pretty(value: Any) -> str:
+    if value is None:
+        return ""
+    return fmt.clean(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2, default=str))
+
+
+def _logliks(response: Any) -> list[float] | None:
+    """Choice logliks from a loglikelihood record: [[ll, greedy], ...] or [ll, ...]."""
+    if not isinstance(response, list) or not response:
+        return None
+    out = []
+    for x in response:
+        v = x[0] if isinstance(x, (list, tuple)) and x else x
+        if not isinstance(v, (int, float)):
+            return None
+        out.append(float(v))
+    return out
+
+
+def _pick(r: Record) -> int | None:
+    e = r.extracted
+    if isinstance(e, dict) and isinstance(e.get("pred"), int):
+        return int(e["pred"])
+    ll = _logliks(r.response)
+    return max(range(len(ll)), key=ll.__getitem__) if ll else None
+
+
+def _choices(b: Record, c: Record, texts: Any) -> list[ChoiceView]:
+    lb, lc = _logliks(b.response), _logliks(c.response)
+    if lb is None or lc is None:
+        return []
+    texts = texts if isinstance(texts, list) else []
+    pb, pc = _pick(b), _pick(c)
+    out = []
+    for i in range(max(len(lb), len(lc))):
+        out.append(
+            ChoiceView(
+                label=chr(65 + i) if i < 26 else str(i),
+                text=fmt.compact(texts[i]) if i < len(texts) else "",
+                target=b.target == i,
+                baseline=f"{lb[i]:.3f}" if i < len(lb) else "",
+                candidate=f"{lc[i]:.3f}" if i < len(lc) else "",
+                baseline_pick=pb == i,
+                candidate_pick=pc == i,
+            )
+        )
+    return out
+
+
+def _target(target: Any, choices: list[ChoiceView]) -> str:
+    if choices and isinstance(target, int) and 0 <= target < len(choices):
+        ch = choices[target]
+        return f"{ch.label}. {ch.text}" if ch.text else ch.label
+    return fmt.compact(target)

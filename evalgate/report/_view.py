@@ -1,0 +1,343 @@
+"""The one view model every renderer reads: numbers are formatted here, once.
+
+HTML, Markdown and JUnit never recompute or reformat a statistic, so they cannot disagree with
+each other or with verdict.json. Optional sections that other parts of evalgate add later
+(A/A noise, kernel checks, throughput, agreement) are listed in ``OPTIONAL_SECTIONS`` and
+rendered generically when the manifest or the verdict carries them, and skipped when absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalgate.analysis import RunData
+from evalgate.gate import Row, Verdict
+from evalgate.report import _format as fmt
+from evalgate.report._items import SuiteItems, discordant_items
+
+__all__ = ["OPTIONAL_SECTIONS", "ArgRow", "FactRow", "RowView", "RunView", "Section", "build_view"]
+
+# (key in the manifest or verdict.json, title). Adding a report section is one line here.
+OPTIONAL_SECTIONS: tuple[tuple[str, str], ...] = (
+    ("aa", "A/A noise floor"),
+    ("agreement", "Agreement between the arms"),
+    ("kernel_check", "Kernel numerics check"),
+    ("throughput", "Throughput"),
+)
+
+REFERENCE_EFFECT = 0.05
+"""Without a policy margin, a row whose MDE exceeds 5 points is marked underpowered. Display only:
+it warns the reader that a PASS there says little; it never changes the verdict."""
+
+
+@dataclass(frozen=True)
+class RowView:
+    """One (suite, metric) row of verdict.json, formatted."""
+
+    suite: str
+    metric: str
+    primary: bool
+    n: int
+    baseline: str
+    candidate: str
+    delta: str
+    ci: str
+    p: str
+    p_adjusted: str
+    flips: str
+    n10: int
+    n01: int
+    mde: str
+    status: str
+    reason: str
+    underpowered: bool
+    anchor: str
+    raw: Row
+
+
+@dataclass(frozen=True)
+class ArgRow:
+    key: str
+    baseline: str
+    candidate: str
+    differs: bool
+    allowed: bool = False
+
+
+@dataclass(frozen=True)
+class FactRow:
+    suite: str
+    arm: str
+    duration: str
+    seconds: float | None
+    items: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    mean_latency: str
+
+
+@dataclass(frozen=True)
+class Section:
+    """A generic table: ``headers`` and string ``rows``, or key/value pairs when headers is empty."""
+
+    key: str
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class RunView:
+    run_id: str
+    verdict: str
+    reason: str
+    policy: str
+    alpha: float
+    margin: float | None
+    margin_text: str
+    notes: list[str]
+    exit_code: int
+    variants: dict[str, str]
+    engine: str
+    engine_version: str
+    git: str
+    models: list[ArgRow]
+    args: list[ArgRow]
+    rows: list[RowView]
+    suite_items: list[SuiteItems]
+    facts: list[FactRow]
+    servers: list[Section]
+    preflight: list[Section]
+    errors: list[str]
+    run_info: list[list[str]]
+    sections: list[Section] = field(default_factory=list)
+
+    @property
+    def primary_rows(self) -> list[RowView]:
+        return [r for r in self.rows if r.primary]
+
+
+def anchor(suite: str, index: int) -> str:
+    """A stable HTML id for any suite name (``private:/path`` included)."""
+    slug = "".join(c if c.isalnum() else "-" for c in suite.lower()).strip("-")
+    return f"suite-{index}-{slug}"[:64]
+
+
+def build_view(run: RunData, verdict: Verdict) -> RunView:
+    m = run.manifest
+    suites = list(m["suites"])
+    anchors = {s: anchor(s, i) for i, s in enumerate(suites)}
+    margin = _margin(m, verdict)
+    rows = [_row(r, anchors.get(r.suite, ""), margin) for r in verdict.suites]
+    git = m.get("git") or {}
+    commit = git.get("commit") or "unknown"
+    return RunView(
+        run_id=str(m.get("run_id", "")),
+        verdict=verdict.verdict,
+        reason=fmt.clean(verdict.reason),
+        policy=verdict.policy,
+        alpha=verdict.alpha,
+        margin=margin if isinstance(margin, float) else None,
+        margin_text="" if margin is None else (fmt.mde(margin) if isinstance(margin, float) else str(margin)),
+        notes=[fmt.clean(n) for n in verdict.notes],
+        exit_code=verdict.exit_code,
+        variants={arm: _variant(v) for arm, v in (m.get("variants") or {}).items()},
+        engine=str(m.get("engine", "")),
+        engine_version=str(m.get("engine_version", "")),
+        git=commit + (" (dirty)" if git.get("dirty") else ""),
+        models=_models(m),
+        args=_args(m),
+        rows=rows,
+        suite_items=[discordant_items(run, s, anchors[s]) for s in suites],
+        facts=_facts(run),
+        servers=_per_arm(m, "server"),
+        preflight=_preflight(m),
+        errors=[fmt.clean(e) for e in run.errors()],
+        run_info=_run_info(m),
+        sections=_optional(m, verdict),
+    )
+
+
+def _margin(manifest: dict[str, Any], verdict: Verdict) -> float | str | None:
+    """The policy margin (a fraction, like delta), from the verdict or the manifest, if any."""
+    value = getattr(verdict, "margin", None)
+    if value is None:
+        value = manifest.get("margin")
+    if value is None or isinstance(value, (int, float)):
+        return None if value is None else float(value)
+    return str(value)
+
+
+def _row(r: Row, anchor_id: str, margin: float | str | None) -> RowView:
+    bar = margin if isinstance(margin, float) else REFERENCE_EFFECT
+    underpowered = r.status == "underpowered" or (r.primary and not r.significant and r.mde > bar)
+    return RowView(
+        suite=fmt.clean(r.suite),
+        metric=fmt.clean(r.metric),
+        primary=r.primary,
+        n=r.n,
+        baseline=fmt.score(r.baseline),
+        candidate=fmt.score(r.candidate),
+        delta=fmt.points(r.delta),
+        ci=fmt.ci(r.ci_low, r.ci_high),
+        p=fmt.p(r.p_value),
+        p_adjusted=fmt.p(r.p_adjusted),
+        flips=fmt.pct(r.flips),
+        n10=r.n10,
+        n01=r.n01,
+        mde=fmt.mde(r.mde),
+        status=r.status,
+        reason=fmt.clean(r.reason),
+        underpowered=underpowered,
+        anchor=anchor_id,
+        raw=r,
+    )
+
+
+def _variant(v: dict[str, Any]) -> str:
+    extra = ", ".join(f"{k} {v[k]}" for k in ("weights", "kv") if v.get(k))
+    return f"{v.get('name', '?')}" + (f" ({extra})" if extra else "")
+
+
+def _value(v: Any) -> str:
+    return "(flag)" if v is None else fmt.compact(v)
+
+
+def _args(m: dict[str, Any]) -> list[ArgRow]:
+    """Launch args of both arms side by side, keyed by flag, in the baseline's order."""
+    launch = m.get("launch") or {}
+    allowed = set(m.get("allow_diff") or ())
+    sides: dict[str, dict[str, str]] = {}
+    order: list[str] = []
+    for arm in ("baseline", "candidate"):
+        spec = launch.get(arm) or {}
+        for kind, pairs in (("", spec.get("args") or []), ("env ", spec.get("env") or [])):
+            for k, v in pairs:
+                key = f"{kind}{k}"
+                if key not in sides:
+                    sides[key] = {}
+                    order.append(key)
+                sides[key][arm] = _value(v)
+    out = []
+    for key in order:
+        b, c = sides[key].get("baseline", "(absent)"), sides[key].get("candidate", "(absent)")
+        out.append(ArgRow(key, b, c, b != c, key.removeprefix("env ") in allowed))
+    return out
+
+
+def _models(m: dict[str, Any]) -> list[ArgRow]:
+    launch = m.get("launch") or {}
+    out = []
+    for key, label in (("model", "model"), ("model_sha256", "sha256")):
+        b = fmt.compact((launch.get("baseline") or {}).get(key)) or "unknown"
+        c = fmt.compact((launch.get("candidate") or {}).get(key)) or "unknown"
+        out.append(ArgRow(label, b, c, b != c))
+    return out
+
+
+def _facts(run: RunData) -> list[FactRow]:
+    arms = run.manifest.get("arms") or {}
+    out = []
+    for suite, by_arm in run.records.items():
+        for arm in ("baseline", "candidate"):
+            recs = list(by_arm.get(arm, {}).values())
+            dur = ((arms.get(arm) or {}).get("durations_s") or {}).get(suite)
+            lat = [r.latency_s for r in recs if r.error is None]
+            out.append(
+                FactRow(
+                    suite=fmt.clean(suite),
+                    arm=arm,
+                    duration="—" if dur is None else f"{float(dur):.1f} s",
+                    seconds=None if dur is None else float(dur),
+                    items=len(recs),
+                    errors=sum(1 for r in recs if r.error),
+                    prompt_tokens=sum(int(r.tokens.get("prompt", 0)) for r in recs),
+                    completion_tokens=sum(int(r.tokens.get("completion", 0)) for r in recs),
+                    mean_latency=f"{sum(lat) / len(lat):.2f} s" if lat else "—",
+                )
+            )
+    return out
+
+
+def _per_arm(m: dict[str, Any], key: str) -> list[Section]:
+    """Each arm's server facts (KV buffers, max_total_num_tokens, ...), flattened to key/value rows."""
+    out = []
+    for arm, info in (m.get("arms") or {}).items():
+        value = (info or {}).get(key)
+        if value:
+            out.append(Section(f"{key}-{arm}", arm, [], _flatten(value)))
+    return out
+
+
+def _preflight(m: dict[str, Any]) -> list[Section]:
+    out = []
+    for arm, info in (m.get("arms") or {}).items():
+        checks = (info or {}).get("preflight") or []
+        rows = [
+            [fmt.compact(c.get("check")), "ok" if c.get("ok") else "FAILED", fmt.compact(c.get("detail"))]
+            for c in checks
+            if isinstance(c, dict)
+        ]
+        if rows:
+            out.append(Section(f"preflight-{arm}", arm, ["check", "result", "detail"], rows))
+    return out
+
+
+def _run_info(m: dict[str, Any]) -> list[list[str]]:
+    arms = m.get("arms") or {}
+    rows = [
+        ["run id", fmt.compact(m.get("run_id"))],
+        ["command", " ".join(fmt.compact(c) for c in m.get("command") or [])],
+        ["created (UTC)", fmt.compact(m.get("created_utc")) or "—"],
+        ["finished (UTC)", fmt.compact(m.get("finished_utc")) or "not finished"],
+    ]
+    for key in ("preset", "limit", "seed", "max_gen_tokens", "data_dir"):
+        if m.get(key) is not None:
+            rows.append([key, fmt.compact(m[key])])
+    for arm, info in arms.items():
+        cmd = (info or {}).get("command")
+        if cmd:
+            rows.append([f"{arm} server command", " ".join(fmt.compact(c) for c in cmd)])
+    pkgs = m.get("packages") or {}
+    if pkgs:
+        rows.append(["packages", ", ".join(f"{k} {fmt.compact(v)}" for k, v in pkgs.items())])
+    return rows
+
+
+def _flatten(value: Any, prefix: str = "") -> list[list[str]]:
+    if isinstance(value, dict):
+        rows: list[list[str]] = []
+        for k, v in value.items():
+            rows += _flatten(v, f"{prefix}{k}." if isinstance(v, dict) else f"{prefix}{k}")
+        return rows
+    return [[fmt.clean(prefix.rstrip(".")), fmt.compact(value)]]
+
+
+def _optional(m: dict[str, Any], verdict: Verdict) -> list[Section]:
+    data = verdict.to_dict()
+    out = []
+    for key, title in OPTIONAL_SECTIONS:
+        value = m.get(key, data.get(key))
+        if value in (None, {}, []):
+            continue
+        out.append(_section(key, title, value))
+    return out
+
+
+def _section(key: str, title: str, value: Any) -> Section:
+    """A list of dicts becomes a table; a dict of dicts a table keyed by its first column; else pairs."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        headers = list(dict.fromkeys(k for row in value for k in row))
+        rows = [[fmt.compact(row.get(h)) for h in headers] for row in value]
+        return Section(key, title, [fmt.clean(h) for h in headers], rows)
+    if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+        headers = list(dict.fromkeys(k for row in value.values() for k in row))
+        rows = [
+            [fmt.clean(str(name)), *(fmt.compact(row.get(h)) for h in headers)] for name, row in value.items()
+        ]
+        return Section(key, title, ["", *(fmt.clean(h) for h in headers)], rows)
+    if isinstance(value, dict):
+        return Section(key, title, [], _flatten(value))
+    return Section(key, title, [], [["", fmt.compact(value)]])

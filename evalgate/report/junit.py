@@ -1,0 +1,83 @@
+"""junit.xml: one testcase per (suite, metric), so any CI shows which suite blocked the rollout.
+
+A row that blocks is a <failure>; an ERROR verdict adds one <error> testcase named ``verdict``
+(there is no per-row answer when the run is incomplete). Output is deterministic: no timestamps
+beyond the manifest's, times from the recorded per-suite durations.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from evalgate.report._format import clean
+from evalgate.report._view import FactRow, RunView
+
+__all__ = ["render_junit"]
+
+
+def _durations(facts: list[FactRow]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for f in facts:
+        if f.seconds is not None:
+            out[f.suite] = out.get(f.suite, 0.0) + f.seconds
+    return out
+
+
+def render_junit(view: RunView) -> str:
+    durations = _durations(view.facts)
+    suite_el = ET.Element("testsuite", name=clean(f"evalgate.{view.run_id}"))
+    failures = errors = 0
+    for r in view.rows:
+        seconds = durations.get(r.suite, 0.0) if r.primary else 0.0
+        case = ET.SubElement(
+            suite_el,
+            "testcase",
+            classname=f"evalgate.{r.suite}",
+            name=r.metric + ("" if r.primary else " (info)"),
+            time=f"{seconds:.2f}",
+        )
+        summary = (
+            f"{r.suite} {r.metric}: n={r.n} baseline={r.baseline} candidate={r.candidate} "
+            f"delta={r.delta} CI={r.ci} p={r.p} p_holm={r.p_adjusted} flips={r.flips} "
+            f"n10/n01={r.n10}/{r.n01} MDE={r.mde} status={r.status}"
+        )
+        if r.status == "block":
+            failures += 1
+            fail = ET.SubElement(case, "failure", message=r.reason, type="evalgate.block")
+            fail.text = summary
+        else:
+            ET.SubElement(case, "system-out").text = f"{summary}\n{r.reason}"
+    if view.verdict == "ERROR":
+        errors += 1
+        case = ET.SubElement(suite_el, "testcase", classname="evalgate", name="verdict", time="0.00")
+        err = ET.SubElement(case, "error", message=view.reason, type="evalgate.error")
+        err.text = "\n".join([view.reason, *view.errors[:50]])
+    total = sum(durations.values())
+    suite_el.set("tests", str(len(suite_el)))
+    suite_el.set("failures", str(failures))
+    suite_el.set("errors", str(errors))
+    suite_el.set("skipped", "0")
+    suite_el.set("time", f"{total:.2f}")
+    props = ET.Element("properties")
+    for k, val in (
+        ("verdict", view.verdict),
+        ("reason", view.reason),
+        ("policy", view.policy),
+        ("alpha", str(view.alpha)),
+        ("engine", f"{view.engine} {view.engine_version}".strip()),
+        ("git", view.git),
+        *((f"variant.{arm}", name) for arm, name in view.variants.items()),
+    ):
+        ET.SubElement(props, "property", name=k, value=clean(val))
+    suite_el.insert(0, props)
+    root = ET.Element(
+        "testsuites",
+        name="evalgate",
+        tests=suite_el.get("tests", "0"),
+        failures=str(failures),
+        errors=str(errors),
+        time=f"{total:.2f}",
+    )
+    root.append(suite_el)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,46 @@
+"""FP8-KV and INT4-weight kernels (PyTorch reference plus Triton) and their numerics check.
+
+`kernels_for_variant` and `KERNEL_NAMES` need no torch. Everything else imports torch, lazily, on
+first attribute access, so `import kernels` stays cheap and safe without the `kernels` extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from kernels._names import FAULTS, KERNEL_NAMES, kernels_for_variant
+
+_LAZY = {
+    "fp8_kv": "kernels.fp8_kv",
+    "int4": "kernels.int4",
+    "check": "kernels.check",
+    "CheckReport": "kernels.check",
+    "CheckRow": "kernels.check",
+    "TimingRow": "kernels.check",
+    "run_check": "kernels.check",
+    "format_table": "kernels.check",
+}
+
+__all__ = [
+    "FAULTS",
+    "KERNEL_NAMES",
+    "CheckReport",
+    "CheckRow",
+    "TimingRow",
+    "check",
+    "format_table",
+    "fp8_kv",
+    "int4",
+    "kernels_for_variant",
+    "run_check",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve torch-dependent names on first use (PEP 562)."""
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(target)
+    return module if name in ("fp8_kv", "int4", "check") else getattr(module, name)
