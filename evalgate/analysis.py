@@ -10,6 +10,7 @@ from typing import Any
 
 from evalgate.errors import EvalgateError
 from evalgate.gate import GatePolicy, Verdict, decide
+from evalgate.kernel_gate import kernel_failures
 from evalgate.manifest import load_manifest
 from evalgate.records import Pair, RecordStore, pair_records
 
@@ -80,6 +81,12 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
             )
         verdict.verdict = "ERROR"
         verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
+    failed = kernel_failures(m.get("kernel_check"))
+    if failed:
+        verdict.verdict = "BLOCK"
+        verdict.reason = f"the candidate's kernels failed the numerics check: {', '.join(failed[:3])}"
+    elif isinstance(m.get("kernel_check"), dict) and m["kernel_check"].get("skipped"):
+        verdict.notes.append(f"kernel check skipped: {m['kernel_check']['skipped']}")
     if m.get("allow_diff"):
         verdict.notes.append("launch settings allowed to differ: " + ", ".join(m["allow_diff"]))
     if m.get("max_gen_tokens"):

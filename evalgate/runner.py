@@ -38,7 +38,7 @@ from evalgate.models import file_sha256
 from evalgate.preflight import preflight
 from evalgate.records import Record, RecordStore
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
-from evalgate.variants import LaunchSpec, check_only_quantization
+from evalgate.variants import LaunchSpec, Variant, check_only_quantization
 
 __all__ = ["CompareRequest", "RunPlan", "plan_compare", "run_arms"]
 
@@ -78,6 +78,7 @@ class RunPlan:
     suites: list[Suite]
     items: dict[str, list[Item]]
     options: SuiteOptions
+    variants: dict[str, Variant] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
 
 
@@ -132,7 +133,7 @@ def plan_compare(
                 f"{run_dir} already holds a run",
                 fix=f"continue it with --resume {run_dir}, or choose another --out",
             )
-    plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options)
+    plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, variants)
     plan.manifest = _manifest(plan, variants)
     plan.manifest["request"] = record or {}
     if req.resume:

@@ -133,3 +133,42 @@ def test_killed_candidate_exits_3_keeps_records_and_leaves_no_server(data_dir: P
     assert len(records(run, "arc_easy", "baseline")) == 120
     assert processes_with(str(run)) == [] and processes_with("evalgate-candidate") == []
     assert processes_with("evalgate-baseline") == []
+
+
+def test_sigkill_evalgate_then_resume_equals_uninterrupted_run(data_dir: Path, tmp_path: Path) -> None:
+    flags = ["--baseline", "bf16", "--candidate", "int4", "--suites", "arc_easy", "--limit", "40",
+             "--data-dir", str(data_dir)]  # fmt: skip
+    whole = tmp_path / "whole"
+    assert main(["compare", *flags, "--out", str(whole)]) in (0, 1)
+
+    cut = tmp_path / "cut"
+    cmd = [sys.executable, "-m", "evalgate", "compare", *flags, "--out", str(cut)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cand = cut / "items" / "arc_easy.candidate.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if cand.exists() and len(cand.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.1)
+    proc.kill()  # SIGKILL: no cleanup code runs in evalgate
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while processes_with("evalgate-candidate") and time.monotonic() < deadline:
+        time.sleep(0.2)  # the server follows its parent (PR_SET_PDEATHSIG)
+    assert processes_with("evalgate-candidate") == []
+    assert not (cut / "verdict.json").exists()
+
+    assert main(["compare", "--resume", str(cut)]) in (0, 1)
+    for arm in ("baseline", "candidate"):
+        ids = [r["item_id"] for r in records(cut, "arc_easy", arm)]
+        assert len(ids) == len(set(ids)) == 40
+    assert (cut / "verdict.json").read_bytes() == (whole / "verdict.json").read_bytes()
+
+
+def test_resume_refuses_changed_flags(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "r"
+    assert main(["compare", "--baseline", "bf16", "--candidate", "bf16", "--suites", "arc_easy", "--limit", "3",
+                 "--data-dir", str(data_dir), "--out", str(run)]) == 0  # fmt: skip
+    assert main(["compare", "--resume", str(run), "--limit", "5"]) == 2
+    assert "--limit 5 (the run used 3)" in capsys.readouterr().err
+    assert main(["compare", "--resume", str(run)]) == 0  # nothing left to run: no server is started

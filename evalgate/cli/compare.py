@@ -15,7 +15,8 @@ from rich.console import Console
 
 from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
-from evalgate.manifest import load_manifest
+from evalgate.kernel_gate import kernel_check_for, kernel_failures
+from evalgate.manifest import load_manifest, write_manifest
 from evalgate.report import render_run
 from evalgate.report.terminal import print_verdict
 from evalgate.runner import CompareRequest, plan_compare, run_arms
@@ -182,6 +183,14 @@ def run(args: argparse.Namespace) -> int:
         f"run {plan.run_id}: {req.baseline} vs {req.candidate} on {plan.engine.name}, "
         f"suites {', '.join(req.suites)} -> {plan.run_dir}"
     )
+    check = kernel_check_for(plan.variants["candidate"], skip=bool(args.skip_kernel_check))
+    if check is not None:
+        plan.manifest["kernel_check"] = check
+        write_manifest(plan.run_dir, plan.manifest)
+        if kernel_failures(check):
+            _, verdict = render_run(plan.run_dir)  # BLOCK before spending any server time
+            print_verdict(verdict, console, run_dir=str(plan.run_dir))
+            return verdict.exit_code
     try:
         run_arms(plan, console)
     except KeyboardInterrupt:

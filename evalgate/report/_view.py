@@ -26,10 +26,6 @@ OPTIONAL_SECTIONS: tuple[tuple[str, str], ...] = (
     ("throughput", "Throughput"),
 )
 
-REFERENCE_EFFECT = 0.05
-"""Without a policy margin, a row whose MDE exceeds 5 points is marked underpowered. Display only:
-it warns the reader that a PASS there says little; it never changes the verdict."""
-
 
 @dataclass(frozen=True)
 class RowView:
@@ -167,12 +163,14 @@ def _margin(manifest: dict[str, Any], verdict: Verdict) -> float | str | None:
         value = manifest.get("margin")
     if value is None or isinstance(value, (int, float)):
         return None if value is None else float(value)
-    return str(value)
+    from evalgate.gate import parse_margin
+
+    amount, relative = parse_margin(str(value))
+    return str(value) if relative else amount  # a relative margin differs per row: no single band
 
 
 def _row(r: Row, anchor_id: str, margin: float | str | None) -> RowView:
-    bar = margin if isinstance(margin, float) else REFERENCE_EFFECT
-    underpowered = r.status == "underpowered" or (r.primary and not r.significant and r.mde > bar)
+    underpowered = r.status == "underpowered"  # the gate's rule (gate.GatePolicy.power_floor) is the only one
     return RowView(
         suite=fmt.clean(r.suite),
         metric=fmt.clean(r.metric),
@@ -322,8 +320,25 @@ def _optional(m: dict[str, Any], verdict: Verdict) -> list[Section]:
         value = m.get(key, data.get(key))
         if value in (None, {}, []):
             continue
-        out.append(_section(key, title, value))
+        out.append(_section(key, title, _kernel_rows(value) if key == "kernel_check" else value))
     return out
+
+
+def _kernel_rows(value: Any) -> Any:
+    """``kernels.check`` reports nest metrics per row; flatten them into one table row each."""
+    if not isinstance(value, dict):
+        return value
+    if value.get("skipped"):
+        return {"kernels": ", ".join(value.get("kernels", [])), "skipped": value["skipped"]}
+    rows = []
+    for r in value.get("rows", []):
+        m, t = r.get("metrics", {}), r.get("threshold", {})
+        rows.append({
+            "kernel": r.get("name"), "impl": r.get("impl"), "shape": r.get("shape"),
+            "SQNR dB": m.get("sqnr_db"), "min SQNR dB": t.get("sqnr_db"), "cosine": m.get("cosine"),
+            "max abs": m.get("max_abs"), "rel Frobenius": m.get("rel_fro"), "passed": r.get("passed"),
+        })  # fmt: skip
+    return rows or value
 
 
 def _section(key: str, title: str, value: Any) -> Section:

@@ -16,8 +16,9 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from evalgate.gate import GatePolicy
 from evalgate.report._format import mde
-from evalgate.report._view import REFERENCE_EFFECT, RunView
+from evalgate.report._view import RunView
 from evalgate.report.svg import forest_plot
 
 __all__ = ["render_html"]
@@ -62,6 +63,6 @@ def render_html(view: RunView) -> str:
             csp=csp,
             forest=forest_plot(view.rows, margin=view.margin),
             differing=[a for a in [*view.models, *view.args] if a.differs],
-            reference_effect=mde(REFERENCE_EFFECT),
+            reference_effect=mde(GatePolicy().power_floor),
         )
     )

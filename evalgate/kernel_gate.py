@@ -1,0 +1,52 @@
+"""Run the numerics check of the kernels a candidate relies on, before any server starts.
+
+A kernel check costs seconds where an eval costs GPU hours, so a broken FP8 scale or INT4
+packing blocks the rollout first. Without the ``[kernels]`` extra the check is skipped, and
+the manifest and report say so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any
+
+from evalgate.variants import Variant
+
+__all__ = ["kernel_check_for", "kernel_failures"]
+
+
+def _installed(module: str) -> bool:
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def kernel_check_for(candidate: Variant, *, skip: bool = False) -> dict[str, Any] | None:
+    """The check's report for the candidate's kernels (``None`` when it uses none)."""
+    from kernels import kernels_for_variant
+
+    names = kernels_for_variant(kv_fp8=candidate.kv == "fp8", weight_int4=candidate.weights == "int4")
+    if not names:
+        return None
+    if skip:
+        return {"kernels": names, "skipped": "--skip-kernel-check"}
+    missing = [m for m in ("torch", "triton", "numpy") if not _installed(m)]
+    if missing:
+        return {
+            "kernels": names,
+            "skipped": f"{', '.join(missing)} not installed (pip install 'evalgate[kernels]')",
+        }
+    from kernels.check import run_check
+
+    return dict(run_check(kernels=names).to_dict())
+
+
+def kernel_failures(check: dict[str, Any] | None) -> list[str]:
+    """Names of the rows that missed their threshold (empty when passed or skipped)."""
+    if not isinstance(check, dict) or check.get("skipped") or check.get("passed", True):
+        return []
+    return [f"{r['name']} ({r['impl']})" for r in check.get("rows", []) if not r.get("passed", True)]
