@@ -23,9 +23,10 @@ class RunData:
     def __init__(self, run_dir: Path) -> None:
         self.dir = Path(run_dir)
         self.manifest: dict[str, Any] = load_manifest(self.dir)
+        self.arm_names: list[str] = list(self.manifest.get("arm_names", ["baseline", "candidate"]))
         store = RecordStore(self.dir)
         self.records = {
-            suite: {arm: store.load(suite, arm) for arm in ("baseline", "candidate")}
+            suite: {arm: store.load(suite, arm) for arm in self.arm_names}
             for suite in self.manifest["suites"]
         }
         self.errors_as_wrong = bool(self.manifest.get("request", {}).get("errors_as_wrong"))
@@ -40,11 +41,16 @@ class RunData:
                             )
         self.pairs: dict[str, list[Pair]] = {}
         self.missing: dict[str, int] = {}
+        self.aa_pairs: dict[str, list[Pair]] = {}
         for suite, meta in self.manifest["suites"].items():
             arms = self.records[suite]
             pairs = pair_records(arms["baseline"].values(), arms["candidate"].values(), suite=suite)
             self.pairs[suite] = pairs
             self.missing[suite] = int(meta["n"]) - len(pairs)
+            if "aa" in arms:
+                aa = pair_records(arms["baseline"].values(), arms["aa"].values(), suite=suite)
+                self.aa_pairs[suite] = aa
+                self.missing[suite] += int(meta["n"]) - len(aa)
 
     def errors(self) -> list[str]:
         return [
@@ -63,14 +69,17 @@ def load_run(run_dir: Path) -> RunData:
 def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     """The verdict; ERROR (not a partial PASS) when items are missing or failed."""
     m = run.manifest
+    req = m.get("request", {})
     policy = policy or GatePolicy(
         alpha=float(m["alpha"]),
         policy=m.get("policy", "difference"),
         margin=m.get("margin"),
         allow_diff=tuple(m.get("allow_diff", ())),
+        agreement_gate=bool(req.get("agreement_gate", True)),
+        flip_budget=req.get("flip_budget"),
     )
     per_suite = {s: (meta["metrics"], run.pairs[s]) for s, meta in m["suites"].items()}
-    verdict = decide(per_suite, policy=policy)
+    verdict = decide(per_suite, policy=policy, aa_pairs=run.aa_pairs if "aa" in run.arm_names else None)
     errors = run.errors()
     incomplete = {s: k for s, k in run.missing.items() if k > 0}
     if errors or incomplete:

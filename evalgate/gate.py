@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from evalgate import stats
+from evalgate.agreement import DEFAULT_AA_MARGIN, DEFAULT_FLIP_BUDGET, AgreementRow, agreement_row
 from evalgate.errors import ConfigError
 from evalgate.records import Pair
 
@@ -31,6 +32,11 @@ class GatePolicy:
     allow_diff: tuple[str, ...] = ()
     power_floor: float = 0.02
     """A passing row whose MDE exceeds this (or the margin) is UNDERPOWERED."""
+    agreement_gate: bool = True
+    """Also test each suite's flip rate against a budget (see evalgate.agreement)."""
+    flip_budget: float | None = None
+    """Tolerated flip rate; None: the A/A rate plus ``aa_margin`` with --aa, else the default."""
+    aa_margin: float = DEFAULT_AA_MARGIN
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -105,6 +111,10 @@ class Verdict:
     suites: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     margin: str | None = None
+    agreement: list[AgreementRow] = field(default_factory=list)
+    aa: list[Row] | None = None
+    reliable: bool = True
+    """False when the A/A pair (baseline against itself) would itself block."""
 
     @property
     def exit_code(self) -> int:
@@ -162,26 +172,85 @@ def paired_row(
     )
 
 
-def decide(per_suite: Mapping[str, tuple[Sequence[str], Sequence[Pair]]], *, policy: GatePolicy) -> Verdict:
-    """``per_suite``: suite -> (metrics with the primary first, its pairs)."""
+def decide(
+    per_suite: Mapping[str, tuple[Sequence[str], Sequence[Pair]]],
+    *,
+    policy: GatePolicy,
+    aa_pairs: Mapping[str, Sequence[Pair]] | None = None,
+) -> Verdict:
+    """``per_suite``: suite -> (metrics with the primary first, its pairs); ``aa_pairs``: suite ->
+    baseline-vs-baseline pairs from ``--aa``."""
     k = len(per_suite)
     rows = [
         paired_row(suite, metric, pairs, primary=(i == 0), policy=policy, family_size=k)
         for suite, (metrics, pairs) in per_suite.items()
         for i, metric in enumerate(metrics)
     ]
-    family = [r for r in rows if r.primary and r.n > 0]
+    aa = _aa_rows(per_suite, aa_pairs) if aa_pairs is not None else None
+    aa_rate = {r.suite: r.flips for r in aa} if aa else {}
+    agreement = []
+    if policy.agreement_gate:
+        for suite, (metrics, pairs) in per_suite.items():
+            budget, source = policy.flip_budget, "--flip-budget"
+            if budget is None and suite in aa_rate:
+                budget, source = min(0.99, aa_rate[suite] + policy.aa_margin), f"A/A + {policy.aa_margin:.0%}"
+            if budget is None:
+                budget, source = DEFAULT_FLIP_BUDGET, "default"
+            agreement.append(
+                agreement_row(suite, metrics[0], pairs, budget=budget, budget_source=source,
+                              aa_flip_rate=aa_rate.get(suite))
+            )  # fmt: skip
+    family: list[Row | AgreementRow] = [r for r in rows if r.primary and r.n > 0]
+    family += [a for a in agreement if a.n > 0]
     adjusted = stats.holm([r.p_value for r in family]) if family else []
     for row, p_adj in zip(family, adjusted, strict=True):
         row.p_adjusted = float(p_adj)
-        if policy.policy == "non-inferiority":
+        if isinstance(row, Row) and policy.policy == "non-inferiority":
             margin = policy.margin_for(row.baseline) or 0.0
             row.significant = not row.ci_low > -margin  # Bonferroni-level bound, see paired_row
         else:
             row.significant = bool(p_adj < policy.alpha)
     for row in rows:
         row.status, row.reason = _row_status(row, policy)
+    for a in agreement:
+        a.status = "block" if a.significant else ("missing" if a.n == 0 else "pass")
+        a.reason = _agreement_reason(a)
+    verdict = _verdict(rows, agreement, policy)
+    verdict.agreement, verdict.aa = agreement, aa
+    if aa and any(r.significant for r in aa):
+        verdict.reliable = False
+        verdict.notes.append("UNRELIABLE: the A/A pair (the baseline against itself) differs significantly")
+    return verdict
+
+
+def _aa_rows(
+    per_suite: Mapping[str, tuple[Sequence[str], Sequence[Pair]]], aa_pairs: Mapping[str, Sequence[Pair]]
+) -> list[Row]:
+    """Baseline against a second baseline launch: the noise floor (Holm among themselves)."""
+    plain = GatePolicy()
+    out = [
+        paired_row(s, per_suite[s][0][0], aa_pairs.get(s, ()), primary=True, policy=plain) for s in per_suite
+    ]
+    live = [r for r in out if r.n > 0]
+    for row, p_adj in zip(live, stats.holm([r.p_value for r in live]) if live else [], strict=True):
+        row.p_adjusted = float(p_adj)
+        row.significant = bool(p_adj < plain.alpha)
+        row.status, row.reason = _row_status(row, plain)
+    return out
+
+
+def _agreement_reason(a: AgreementRow) -> str:
+    aa = f", A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else ""
+    where = f"{a.flip_rate:.1%} of answers flipped ({a.flips}/{a.n}{aa}), budget {a.budget:.1%} ({a.budget_source})"
+    if a.significant:
+        return f"{where}: more than the budget, p = {a.p_value:.3g}, adjusted {a.p_adjusted:.3g}"
+    return f"{where}, p = {a.p_value:.3g}"
+
+
+def _verdict(rows: list[Row], agreement: list[AgreementRow], policy: GatePolicy) -> Verdict:
+    family = [r for r in rows if r.primary and r.n > 0]
     blocking = [r for r in family if r.significant]
+    flips = [a for a in agreement if a.significant]
     if blocking:
         worst = min(blocking, key=lambda r: (r.p_adjusted or 1.0, r.delta))
         if policy.policy == "non-inferiority":
@@ -195,11 +264,22 @@ def decide(per_suite: Mapping[str, tuple[Sequence[str], Sequence[Pair]]], *, pol
                 f"({worst.baseline:.3f} -> {worst.candidate:.3f}, Holm p = {worst.p_adjusted:.3g} < {policy.alpha})"
             )
         return Verdict("BLOCK", policy.alpha, policy.policy, reason, rows, margin=policy.margin)
+    if flips:
+        a = max(flips, key=lambda x: x.flip_rate)
+        acc = next(r for r in family if r.suite == a.suite)
+        aa = f"A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else f"budget {a.budget:.1%}"
+        reason = (
+            f"{a.suite}: accuracy unchanged (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) but "
+            f"{a.flip_rate:.1%} of answers flipped ({aa}, p = {a.p_adjusted:.2g})"
+        )
+        return Verdict("BLOCK", policy.alpha, policy.policy, reason, rows, margin=policy.margin)
     n_items = sum(r.n for r in family)
     what = "no significant regression" if policy.policy == "regression" else "no significant difference"
     if policy.policy == "non-inferiority":
         what = f"non-inferior within margin {policy.margin}"
     reason = f"{what} on {len(family)} suite(s), {n_items} paired item(s), at alpha {policy.alpha} after Holm"
+    if agreement:
+        reason += f"; flips within budget (max {max(a.flip_rate for a in agreement):.1%})"
     weak = [r for r in family if r.status == "underpowered"]
     if weak:
         reason += (

@@ -42,8 +42,6 @@ from evalgate.variants import LaunchSpec, Variant, check_only_quantization
 
 __all__ = ["CompareRequest", "RunPlan", "plan_compare", "run_arms"]
 
-ARMS = ("baseline", "candidate")
-
 
 @dataclass(frozen=True)
 class CompareRequest:
@@ -66,6 +64,9 @@ class CompareRequest:
     reveal_private: bool = False
     policy: str = "difference"
     margin: str | None = None
+    aa: bool = False
+    agreement_gate: bool = True
+    flip_budget: float | None = None
 
 
 @dataclass
@@ -91,12 +92,14 @@ def plan_compare(
     req: CompareRequest, cfg: EvalgateConfig, console: Console, *, record: dict[str, Any] | None = None
 ) -> RunPlan:
     """Everything that can fail without a server: config, variants, the fairness check, items."""
-    GatePolicy(alpha=req.alpha, policy=req.policy, margin=req.margin)  # validate before any work
+    GatePolicy(alpha=req.alpha, policy=req.policy, margin=req.margin, flip_budget=req.flip_budget)  # validate
     if req.preset not in PRESETS:
         raise ConfigError(f"unknown preset {req.preset!r}", fix=f"use one of {', '.join(PRESETS)}")
     engine = get_engine(req.engine or cfg.engine, cfg)
     variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
     specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
+    if req.aa:  # the baseline launched a second time: the noise floor
+        variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
     diffs = check_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
     if diffs:
         table = "\n".join(f"  {k}: baseline={a!r} candidate={b!r}" for k, a, b in diffs)
@@ -209,6 +212,7 @@ def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
             }
             for s in plan.suites
         },
+        "arm_names": list(plan.specs),
         "arms": {},
     }
 
@@ -247,7 +251,7 @@ def run_arms(plan: RunPlan, console: Console) -> None:
 def _run_arms(plan: RunPlan, console: Console) -> None:
     store = RecordStore(plan.run_dir)
     fingerprints: dict[str, str] = {}
-    for arm in ARMS:
+    for arm in plan.specs:
         todo = {s.name: _missing(store, s, plan.items[s.name], arm) for s in plan.suites}
         arm_info = plan.manifest["arms"].setdefault(arm, {})
         if not any(todo.values()):

@@ -60,7 +60,7 @@ def test_holm_family_over_primary_metrics_only() -> None:
         "a": (["acc", "acc_norm"], pairs(40, 9, 1, 50)),
         "b": (["acc"], pairs(40, 2, 2, 56)),
     }
-    v = decide(per_suite, policy=GatePolicy())
+    v = decide(per_suite, policy=GatePolicy(agreement_gate=False))
     primary = [r for r in v.suites if r.primary]
     info = [r for r in v.suites if not r.primary]
     assert len(primary) == 2 and len(info) == 1 and info[0].p_adjusted is None
@@ -115,3 +115,50 @@ def test_small_run_is_marked_underpowered() -> None:
 def test_missing_rows_are_not_called_pass() -> None:
     v = decide({"s": (["acc"], [])}, policy=GatePolicy())
     assert v.suites[0].status == "missing"
+
+
+def test_balanced_flip_storm_blocks_on_agreement_not_accuracy() -> None:
+    """The issue's CPU measurement: Q4_0 weights, 42 / 34 flips in 500, McNemar p = 0.36."""
+    storm = pairs(210, 42, 34, 214)
+    v = decide({"arc_easy": (["acc"], storm)}, policy=GatePolicy())
+    acc, agree = v.suites[0], v.agreement[0]
+    assert not acc.significant and acc.status != "block"
+    assert agree.flips == 76 and abs(agree.flip_rate - 0.152) < 1e-12 and agree.significant
+    assert v.verdict == "BLOCK"
+    assert v.reason.startswith("arc_easy: accuracy unchanged (delta -1.6 pt, p = 0.") and "15.2% of answers flipped" in v.reason
+    off = decide({"arc_easy": (["acc"], storm)}, policy=GatePolicy(agreement_gate=False))
+    assert off.verdict == "PASS" and off.agreement == []
+
+
+def test_budget_test_matches_scipy_binomtest() -> None:
+    from scipy.stats import binomtest
+
+    v = decide({"s": (["acc"], pairs(400, 20, 15, 565))}, policy=GatePolicy(flip_budget=0.03))
+    a = v.agreement[0]
+    assert abs(a.p_value - binomtest(35, 1000, 0.03, alternative="greater").pvalue) < 1e-12
+    assert a.budget_source == "--flip-budget"
+
+
+def test_aa_sets_the_budget_and_flags_an_unreliable_floor() -> None:
+    storm = pairs(210, 42, 34, 214)
+    noisy_aa = pairs(200, 45, 30, 225)  # 15 % A/A flips: a nondeterministic server
+    v = decide({"arc_easy": (["acc"], storm)}, policy=GatePolicy(), aa_pairs={"arc_easy": noisy_aa})
+    a = v.agreement[0]
+    assert abs(a.budget - 0.18) < 1e-12 and a.budget_source == "A/A + 3%" and not a.significant
+    assert v.verdict == "PASS" and v.reliable
+    bad_aa = pairs(200, 60, 10, 230)  # the A/A pair itself would block
+    v2 = decide({"arc_easy": (["acc"], storm)}, policy=GatePolicy(), aa_pairs={"arc_easy": bad_aa})
+    assert not v2.reliable and any("UNRELIABLE" in n for n in v2.notes)
+
+
+def test_flip_gate_false_block_rate_at_the_budget() -> None:
+    """Seeded simulation: when the true flip rate equals the budget, block at most alpha + 0.01."""
+    import numpy as np
+
+    from evalgate import stats
+
+    rng = np.random.default_rng(11)
+    n, budget = 300, 0.05
+    flips = rng.binomial(n, budget, size=2000)
+    rate = np.mean([stats.flip_budget_test(int(f), n, budget=budget).pvalue < 0.05 for f in flips])
+    assert rate <= 0.06

@@ -95,6 +95,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="score items that failed after retries as wrong instead of ending with exit 3",
     )
     p.add_argument(
+        "--aa",
+        action="store_true",
+        default=None,
+        help="also run the baseline a second time: measures the noise floor and sets the flip budget",
+    )
+    p.add_argument(
+        "--agreement-gate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also block when more answers flip than the budget allows (default: on)",
+    )
+    p.add_argument(
+        "--flip-budget", type=float, help="tolerated flip rate (default: A/A + 0.03 with --aa, else 0.05)"
+    )
+    p.add_argument(
+        "--skip-kernel-check",
+        action="store_true",
+        help="do not run the candidate's kernel numerics check first",
+    )
+    p.add_argument(
         "--reveal-private",
         action="store_true",
         default=None,
@@ -121,6 +141,7 @@ def request_from_args(args: argparse.Namespace) -> CompareRequest:
         "allow_diff": tuple(args.allow_diff) if args.allow_diff else None,
         "max_gen_tokens": args.max_gen_tokens, "reveal_private": args.reveal_private,
         "policy": args.policy, "margin": args.margin, "errors_as_wrong": args.errors_as_wrong,
+        "aa": args.aa, "agreement_gate": args.agreement_gate, "flip_budget": args.flip_budget,
     }  # fmt: skip
     if isinstance(typed["suites"], str):
         typed["suites"] = tuple(s.strip() for s in typed["suites"].split(",") if s.strip())

@@ -43,6 +43,21 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
             r.status.upper(),
         )
     console.print(table)
+    if verdict.agreement:
+        agree = Table(title=None)
+        for col in ("suite", "flips", "flip rate", "budget", "p", "p_holm", "KL", "top-1 / text agree", ""):
+            agree.add_column(col, justify="left" if col in ("suite", "") else "right")
+        for a in verdict.agreement:
+            same = a.top1_agree if a.top1_agree is not None else a.text_agree
+            agree.add_row(
+                a.suite, f"{a.flips}/{a.n}", f"{a.flip_rate:.1%}", f"{a.budget:.1%}", f"{a.p_value:.3g}",
+                "" if a.p_adjusted is None else f"{a.p_adjusted:.3g}",
+                "" if a.kl_mean is None else f"{a.kl_mean:.3f}", "" if same is None else f"{same:.1%}",
+                a.status.upper(),
+            )  # fmt: skip
+        console.print(agree)
+    if verdict.aa:
+        console.print("A/A noise floor: " + ", ".join(f"{r.suite} {r.flips:.1%} flips" for r in verdict.aa))
     console.print(f"[{_STYLE.get(verdict.verdict, 'bold')}]{verdict.verdict}[/]: {verdict.reason}")
     for note in verdict.notes:
         console.print(f"note: {note}")
