@@ -34,7 +34,8 @@ def _isolate(tmp_path: Path, _hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("HF_DATASETS_CACHE", str(_hf_cache / "datasets"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    for var in ("GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
+        monkeypatch.delenv(var, raising=False)
 
 
 def have_llama_server() -> bool:

@@ -33,24 +33,26 @@ def test_stratified_selection_covers_every_stratum() -> None:
     assert counts == {"a": 90, "b": 9, "c": 1}
 
 
-@pytest.mark.parametrize("name", ["arc_easy", "gsm8k"])
+@pytest.mark.parametrize("name", ["arc_easy", "arc_challenge", "gsm8k", "mmlu", "mmlu_pro"])
 def test_prompts_are_lm_evals_own(name: str, data_dir: Path) -> None:
-    """Our per-item request equals what lm-eval's build_all_requests makes for that document."""
+    """Our per-item request equals, byte for byte, what lm-eval's build_all_requests makes for
+    that document with the same few-shot seed (MMLU: the subject's task, first_n few-shot)."""
     suite = default_registry().get(name)
     options = SuiteOptions(data_dir=data_dir, seed=7)
     items = suite.load(options, 3)
-    task = suite.task(options)
     for item in items:
-        _, doc, _, args = item.payload
+        task, doc, _, args = item.payload
         index = next(i for i, d in enumerate(task.eval_docs) if d == doc)
         from evalgate.suites._base import stable_seed
 
-        task.set_fewshot_seed(stable_seed(7, name, item.item_id))
+        task.set_fewshot_seed(stable_seed(7, name, item.item_id))  # lm-eval's own seeding hook
         task.build_all_requests(samples=[index])
         theirs = [inst.arguments for inst in task.instances]
         assert [a[0] for a in theirs] == [a[0] for a in args]  # the prompt text, byte for byte
-        if name == "arc_easy":
-            assert [a[1] for a in theirs] == [a[1] for a in args]
+        if name.startswith(("arc", "mmlu")) and name != "mmlu_pro":
+            assert [a[1] for a in theirs] == [a[1] for a in args]  # the continuations
+        else:
+            assert theirs[0][1].get("until") == args[0][1]["until"]
 
 
 def test_gsm8k_prompt_shape(data_dir: Path) -> None:
@@ -117,3 +119,16 @@ def test_arc_acc_and_acc_norm(data_dir: Path) -> None:
     assert res.metrics["acc"] == 1.0 and res.extracted["pred"] == gold
     wrong = [-1.0 if i == (gold + 1) % 4 else -10.0 for i in range(4)]
     assert asyncio.run(suite.run(item, FixedScorer(wrong), options)).metrics["acc"] == 0.0
+
+
+def test_mmlu_prompt_has_subject_description_and_five_dev_shots(data_dir: Path) -> None:
+    item = default_registry().get("mmlu").load(SuiteOptions(data_dir=data_dir), 57)[0]
+    prompt = item.display["prompt"]
+    subject = item.extra["subject"]
+    assert prompt.startswith(f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.")
+    assert prompt.count("\nAnswer:") == 6 and item.display["choices"] == [" A", " B", " C", " D"]
+
+
+def test_quick_preset_is_stratified_across_all_57_subjects(data_dir: Path) -> None:
+    items = default_registry().get("mmlu").load(SuiteOptions(data_dir=data_dir), 500)
+    assert len(items) == 500 and len({i.extra["subject"] for i in items}) == 57

@@ -17,7 +17,7 @@ from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
 from evalgate.kernel_gate import kernel_check_for, kernel_failures
 from evalgate.manifest import load_manifest, write_manifest
-from evalgate.report import render_run
+from evalgate.report import github, render_run
 from evalgate.report.terminal import print_verdict
 from evalgate.runner import CompareRequest, plan_compare, run_arms
 from evalgate.suites import DEFAULT_SUITES, PRESETS
@@ -120,6 +120,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=None,
         help="write private exam prompts, answers and responses into records and reports",
     )
+    p.add_argument(
+        "--github",
+        action="store_true",
+        help="write the GitHub step summary, outputs (verdict, report-dir, blocked) and annotations "
+        "(on by default when GITHUB_ACTIONS=true)",
+    )
     p.set_defaults(func=run)
 
 
@@ -211,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
         if kernel_failures(check):
             _, verdict = render_run(plan.run_dir)  # BLOCK before spending any server time
             print_verdict(verdict, console, run_dir=str(plan.run_dir))
+            if github.enabled(args.github):
+                github.publish(plan.run_dir, verdict)
             return verdict.exit_code
     try:
         run_arms(plan, console)
@@ -221,4 +229,6 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     _, verdict = render_run(plan.run_dir)
     print_verdict(verdict, console, run_dir=str(plan.run_dir))
+    if github.enabled(args.github):
+        github.publish(plan.run_dir, verdict)
     return verdict.exit_code

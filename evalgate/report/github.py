@@ -9,9 +9,9 @@ without the composite action. Everything goes through the runner's files and wor
 - ``$GITHUB_OUTPUT``: ``verdict=PASS|BLOCK|ERROR``, ``report-dir=<absolute run folder>`` and
   ``blocked=true|false``, where ``blocked`` is true for anything but PASS (fail safe: an ERROR
   run blocks a rollout too; read ``verdict`` to tell the two apart);
-- stdout: one ``::error`` annotation per blocking suite of a BLOCK, one ``::error`` for an ERROR
-  verdict, and one ``::warning`` per underpowered suite (a PASS that could not have seen a small
-  change).
+- stdout: one ``::error`` annotation per blocking row of a BLOCK (accuracy or flip budget), one
+  ``::error`` for an ERROR verdict, and a ``::warning`` per underpowered suite (a PASS that could
+  not have seen a small change) and for an unreliable run (the A/A pair itself differs).
 
 The runner reads annotations from the step's stdout line by line, so every value is escaped the
 way the runner unescapes it: ``%``, CR and LF in messages, plus ``:`` and ``,`` in properties.
@@ -51,21 +51,29 @@ def _command(kind: str, title: str, message: str) -> str:
 
 
 def annotations(verdict: Verdict) -> list[str]:
-    """The workflow commands for a verdict, one line each, in the order of its rows."""
+    """The workflow commands for a verdict, one line each, in the order of its rows.
+
+    A BLOCK gets one ``::error`` per blocking row: a primary metric that changed significantly,
+    or a suite whose answers flipped more than its budget (the agreement rows). A BLOCK with no
+    blocking row (the candidate's kernels failed their numerics check before any server ran)
+    gets one ``::error`` with the verdict's reason, so a BLOCK is never silent.
+    """
     if verdict.verdict == "ERROR":
         return [_command("error", "evalgate ERROR", verdict.reason)]
     lines = []
     if verdict.verdict == "BLOCK":
-        lines += [
-            _command("error", "evalgate BLOCK", f"{r.suite} {r.metric}: {r.reason}")
-            for r in verdict.suites
-            if r.status == "block"
-        ]
+        blocking = [r for r in [*verdict.suites, *verdict.agreement] if r.status == "block"]
+        lines += [_command("error", "evalgate BLOCK", f"{r.suite} {r.metric}: {r.reason}") for r in blocking]
+        if not blocking:
+            lines.append(_command("error", "evalgate BLOCK", verdict.reason))
     lines += [
         _command("warning", "evalgate UNDERPOWERED", f"{r.suite} {r.metric}: {r.reason}")
         for r in verdict.suites
         if r.status == "underpowered"
     ]
+    if not verdict.reliable:
+        note = next((n for n in verdict.notes if n.startswith("UNRELIABLE")), "the A/A pair differs")
+        lines.append(_command("warning", "evalgate UNRELIABLE", note))
     return lines
 
 

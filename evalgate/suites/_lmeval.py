@@ -61,6 +61,8 @@ class Member:
     yaml: str
     """Path of the task YAML inside lm-eval's tasks folder."""
     local: LocalData
+    overrides: tuple[tuple[str, Any], ...] = ()
+    """lm-eval config keys set the way lm-eval's CLI would (e.g. ``num_fewshot``)."""
 
 
 @dataclass
@@ -82,7 +84,7 @@ class LmEvalSuite:
 
     def task(self, options: SuiteOptions, member: Member | None = None) -> Any:
         m = member or self.members[0]
-        return _load_task(m.yaml, str(options.data_dir) if options.data_dir else None, m.local)
+        return _load_task(m.yaml, str(options.data_dir) if options.data_dir else None, m.local, m.overrides)
 
     def docs(self, options: SuiteOptions) -> list[tuple[Member, Any, int]]:
         """(member, task, index in that task's test docs) for every test item of the suite."""
@@ -149,7 +151,9 @@ class LmEvalSuite:
 
 
 @cache
-def _load_task(yaml: str, data_dir: str | None, local: LocalData) -> Any:
+def _load_task(
+    yaml: str, data_dir: str | None, local: LocalData, overrides: tuple[tuple[str, Any], ...] = ()
+) -> Any:
     """Build lm-eval's ConfigurableTask from its own YAML, optionally on local files (cached)."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     import datasets
@@ -162,6 +166,7 @@ def _load_task(yaml: str, data_dir: str | None, local: LocalData) -> Any:
     cfg = dict(load_yaml(lm_eval_task_dir() / yaml, resolve_func=True))
     for key in ("tag", "group", "task_list"):
         cfg.pop(key, None)
+    cfg.update(dict(overrides))
     if data_dir is not None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -1,5 +1,6 @@
 """MMLU (Hendrycks et al. 2021, "Measuring Massive Multitask Language Understanding"), lm-eval
-``mmlu``: 57 subject tasks, 5-shot from each subject's dev split (first 5), acc by log-likelihood.
+``mmlu``: 57 subject tasks, 5-shot from each subject's dev split (first 5, as ``lm_eval
+--num_fewshot 5`` does), acc by log-likelihood.
 
 Reported as one suite; each record keeps its subject (``extra.subject``), and subsets are
 stratified by subject so a small run still covers all 57.
@@ -29,6 +30,7 @@ def mmlu(name: str = "mmlu") -> LmEvalSuite:
             LocalData(
                 (("dev", "mmlu/dev.jsonl"), ("test", "mmlu/test.jsonl")), row_filter=("subject", subject)
             ),
+            overrides=(("num_fewshot", 5),),  # lm-eval's MMLU default is 0-shot; the standard is 5-shot
         )
         for subject in subjects()
     )
