@@ -233,3 +233,21 @@ def test_degenerate_runs_still_render(tmp_path: Path, suites: list[SynthSuite]) 
     render_run(run_dir)
     _parse((run_dir / "report.html").read_text(encoding="utf-8"))
     ET.fromstring((run_dir / "junit.xml").read_bytes())
+
+
+def test_discordant_items_sorted_by_divergence() -> None:
+    from evalgate.records import Pair, Record
+    from evalgate.report._items import divergence
+
+    def rec(arm: str, lls: list[float]) -> Record:
+        return Record(run_id="r", arm=arm, variant=arm, suite="s", suite_version=1, item_id="i", repeat=0,
+                      prompt_hash="h", target=0, response=[[x, False] for x in lls], extracted=None,
+                      metrics={"acc": 1.0})  # fmt: skip
+
+    near = Pair("a", 0, rec("baseline", [-1.0, -2.0]), rec("candidate", [-1.1, -1.9]))
+    far = Pair("b", 0, rec("baseline", [-1.0, -5.0]), rec("candidate", [-5.0, -1.0]))
+    assert divergence(far) > divergence(near) > 0
+    text = Pair("c", 0, rec("baseline", []), rec("candidate", []))
+    object.__setattr__(text.baseline, "response", "the answer is 4")
+    object.__setattr__(text.candidate, "response", "the answer is 5")
+    assert abs(divergence(text) - 1 / 15) < 1e-12

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgate import stats
 from evalgate.analysis import RunData
 from evalgate.records import Pair, Record
 from evalgate.report import _format as fmt
@@ -121,6 +122,8 @@ def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
         c = _passed(pair.candidate.metrics.get(metric, 0.0))
         if b != c:
             groups["n10" if b else "n01"].append(pair)
+    for group in groups.values():  # the largest divergence first: where a reviewer should look
+        group.sort(key=lambda p: (-divergence(p), p.item_id))
 
     def views(pairs: list[Pair]) -> list[ItemView]:
         return [_item(p, metric, private, prompts.get(p.item_id)) for p in pairs[:MAX_ITEMS_PER_GROUP]]
@@ -138,6 +141,19 @@ def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
         n10=len(groups["n10"]),
         n01=len(groups["n01"]),
     )
+
+
+def divergence(pair: Pair) -> float:
+    """How far apart the arms are on this item: KL of the choice distributions for multiple
+    choice, else the fraction of the longer response that is not a shared prefix."""
+    lb, lc = _logliks(pair.baseline.response), _logliks(pair.candidate.response)
+    if lb and lc and len(lb) == len(lc):
+        return float(stats.choice_kl(lb, lc))
+    b, c = pair.baseline.response, pair.candidate.response
+    if isinstance(b, str) and isinstance(c, str) and (b or c):
+        common = next((i for i, (x, y) in enumerate(zip(b, c, strict=False)) if x != y), min(len(b), len(c)))
+        return 1.0 - common / max(len(b), len(c))
+    return 0.0
 
 
 def _item(pair: Pair, metric: str, private: bool, prompt: dict[str, Any] | None) -> ItemView:
