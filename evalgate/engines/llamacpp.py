@@ -7,6 +7,7 @@ generated (forced) token. ``top_logprobs[0]`` tells whether the forced token was
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import subprocess
@@ -209,17 +210,29 @@ class LlamaCppScorer:
             on_dead=handle.died,
             seed=seed,
         )
-        self._tok_cache: dict[str, list[int]] = {}
+        self._tok_cache: dict[str, asyncio.Future[list[int]]] = {}
 
     async def aclose(self) -> None:
         await self.http.__aexit__()
 
     async def tokenize(self, text: str) -> list[int]:
-        """Token ids without special tokens; cached, since few-shot contexts repeat per choice."""
-        if text not in self._tok_cache:
-            data = await self.http.post("/tokenize", {"content": text, "add_special": False})
-            self._tok_cache[text] = [int(t) for t in data["tokens"]]
-        return self._tok_cache[text]
+        """Token ids without special tokens; cached, since few-shot contexts repeat per choice.
+
+        The cache holds the request in flight, so the choices of one item, scored concurrently,
+        share one ``/tokenize`` of their context instead of each sending its own."""
+        fut = self._tok_cache.get(text)
+        if fut is None:
+            fut = self._tok_cache[text] = asyncio.ensure_future(self._tokenize(text))
+        try:
+            return await asyncio.shield(fut)  # one waiter cancelled must not cancel the others
+        except Exception:
+            if fut.done() and not fut.cancelled() and fut.exception() is not None:
+                self._tok_cache.pop(text, None)  # a failure is not cached
+            raise
+
+    async def _tokenize(self, text: str) -> list[int]:
+        data = await self.http.post("/tokenize", {"content": text, "add_special": False})
+        return [int(t) for t in data["tokens"]]
 
     async def detokenize(self, tokens: list[int]) -> str:
         data = await self.http.post("/detokenize", {"tokens": tokens})

@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +151,27 @@ class LmEvalSuite:
 
 
 @cache
+def _compile_templates_once() -> None:
+    """lm-eval's ``apply_template`` compiles its Jinja template on every call (~1.5 ms), and
+    ``process_results`` calls it for the target and the choices of every document: scoring cost
+    more than the HTTP. Same templates, same output, each compiled once."""
+    import lm_eval.utils
+
+    compiled = lru_cache(maxsize=4096)(lm_eval.utils.env.from_string)
+
+    def apply_template(template: str, doc: dict[str, Any]) -> str:
+        return str(compiled(template).render(**doc))
+
+    lm_eval.utils.apply_template = apply_template
+
+
+@cache
 def _load_task(
     yaml: str, data_dir: str | None, local: LocalData, overrides: tuple[tuple[str, Any], ...] = ()
 ) -> Any:
     """Build lm-eval's ConfigurableTask from its own YAML, optionally on local files (cached)."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    _compile_templates_once()
     import datasets
 
     datasets.disable_progress_bars()  # evalgate draws its own progress; datasets' bars are noise
