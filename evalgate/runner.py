@@ -67,6 +67,7 @@ class CompareRequest:
     aa: bool = False
     agreement_gate: bool = True
     flip_budget: float | None = None
+    with_throughput: bool = False
 
 
 @dataclass
@@ -145,6 +146,8 @@ def plan_compare(
         plan.manifest["request"] = old.get("request", plan.manifest["request"])
         plan.manifest["created_utc"] = old["created_utc"]
         plan.manifest["resumed_utc"] = [*old.get("resumed_utc", []), utc_now()]
+        if old.get("throughput"):  # compare --with-throughput: arms already swept are not swept again
+            plan.manifest["throughput"] = old["throughput"]
     write_manifest(run_dir, plan.manifest)
     _write_prompts(plan)
     return plan
@@ -254,7 +257,13 @@ def _run_arms(plan: RunPlan, console: Console) -> None:
     for arm in plan.specs:
         todo = {s.name: _missing(store, s, plan.items[s.name], arm) for s in plan.suites}
         arm_info = plan.manifest["arms"].setdefault(arm, {})
-        if not any(todo.values()):
+        swept = {
+            a
+            for a, d in ((plan.manifest.get("throughput") or {}).get("arms") or {}).items()
+            if d.get("levels")
+        }
+        bench = plan.request.with_throughput and arm in ("baseline", "candidate") and arm not in swept
+        if not any(todo.values()) and not bench:
             if "tokenizer_fingerprint" in arm_info:
                 fingerprints[arm] = arm_info["tokenizer_fingerprint"]
             continue
@@ -278,6 +287,15 @@ def _run_arms(plan: RunPlan, console: Console) -> None:
                 }
             )
             arm_info.setdefault("durations_s", {}).update(timings)
+            if bench:  # after the suites, on the same server: tok/s, TTFT, ITL and KV capacity
+                from evalgate.bench import measure_handle
+
+                variant = plan.manifest["variants"][arm]["name"]
+                try:
+                    arm_info["throughput"] = measure_handle(handle, name=arm, variant=variant)
+                except EvalgateError as exc:  # the sweep is extra: it must not cost the verdict
+                    console.print(f"[yellow]throughput sweep of the {arm} failed:[/] {exc}")
+                    arm_info["throughput"] = {"error": exc.render()}
             fingerprints[arm] = arm_info["tokenizer_fingerprint"]
             write_manifest(plan.run_dir, plan.manifest)
     if len(set(fingerprints.values())) > 1:
@@ -285,6 +303,10 @@ def _run_arms(plan: RunPlan, console: Console) -> None:
             f"the arms tokenize differently ({fingerprints}), so their prompts are not the same",
             fix="a quantized checkpoint must keep the baseline's tokenizer; check the model files",
         )
+    if plan.request.with_throughput:
+        from evalgate.bench import finish_compare
+
+        finish_compare(plan.run_dir, plan.manifest)  # -> manifest["throughput"] and throughput.json
     plan.manifest["finished_utc"] = utc_now()
     write_manifest(plan.run_dir, plan.manifest)
 

@@ -125,7 +125,9 @@ def test_mmlu_prompt_has_subject_description_and_five_dev_shots(data_dir: Path) 
     item = default_registry().get("mmlu").load(SuiteOptions(data_dir=data_dir), 57)[0]
     prompt = item.display["prompt"]
     subject = item.extra["subject"]
-    assert prompt.startswith(f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.")
+    assert prompt.startswith(
+        f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}."
+    )
     assert prompt.count("\nAnswer:") == 6 and item.display["choices"] == [" A", " B", " C", " D"]
 
 

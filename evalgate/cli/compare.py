@@ -110,6 +110,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--flip-budget", type=float, help="tolerated flip rate (default: A/A + 0.03 with --aa, else 0.05)"
     )
     p.add_argument(
+        "--with-throughput",
+        action="store_true",
+        default=None,
+        help="also load-sweep each arm after its suites: output tok/s, TTFT, ITL per concurrency and KV "
+        "capacity (the `evalgate bench` defaults), in the report and throughput.json",
+    )
+    p.add_argument(
         "--skip-kernel-check",
         action="store_true",
         help="do not run the candidate's kernel numerics check first",
@@ -148,6 +155,7 @@ def request_from_args(args: argparse.Namespace) -> CompareRequest:
         "max_gen_tokens": args.max_gen_tokens, "reveal_private": args.reveal_private,
         "policy": args.policy, "margin": args.margin, "errors_as_wrong": args.errors_as_wrong,
         "aa": args.aa, "agreement_gate": args.agreement_gate, "flip_budget": args.flip_budget,
+        "with_throughput": args.with_throughput,
     }  # fmt: skip
     if isinstance(typed["suites"], str):
         typed["suites"] = tuple(s.strip() for s in typed["suites"].split(",") if s.strip())

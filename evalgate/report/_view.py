@@ -82,6 +82,9 @@ class Section:
     title: str
     headers: list[str]
     rows: list[list[str]]
+    note: str = ""
+    svg: str = ""
+    """An inline chart (markupsafe.Markup, built by the report package itself, never from input)."""
 
 
 @dataclass
@@ -320,8 +323,23 @@ def _optional(m: dict[str, Any], verdict: Verdict) -> list[Section]:
         value = m.get(key, data.get(key))
         if value in (None, {}, []):
             continue
+        if key == "throughput" and isinstance(value, dict) and "levels" in value:
+            out += _throughput(value, title)
+            continue
         out.append(_section(key, title, _kernel_rows(value) if key == "kernel_check" else value))
     return out
+
+
+def _throughput(doc: dict[str, Any], title: str) -> list[Section]:
+    """throughput.json as two tables and a chart (evalgate bench, compare --with-throughput)."""
+    from evalgate.report import throughput_svg as tp
+
+    headers, rows = tp.level_table(doc)
+    cap_headers, cap_rows = tp.capacity_table(doc)
+    return [
+        Section("throughput", title, headers, rows, note=tp.settings_note(doc), svg=tp.throughput_chart(doc)),
+        Section("kv-capacity", "KV capacity", cap_headers, cap_rows),
+    ]
 
 
 def _kernel_rows(value: Any) -> Any:

@@ -1,0 +1,330 @@
+"""Load sweep: output tok/s, request/s, TTFT and ITL per concurrency level, for each arm.
+
+Accuracy says what a quantization costs; this says what it buys. The load is closed-loop: at
+level N, N workers each send their next request as soon as the previous one ends. Prompts are
+fixed synthetic token ids (each request rotated, so no prefix cache serves it), and generation
+is greedy with ``ignore_eos``, so every request makes exactly ``output_len`` tokens.
+
+Bounds: each level sends at most ``max_requests_per_level`` requests and lasts at most
+``max_seconds_per_level`` (requests still running then are cancelled); a request with no first
+token within ``queue_timeout_s`` is abandoned. Requests go only to loopback servers that evalgate
+launched or to URLs the user typed, and redirects are never followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from evalgate._loadgen import Req, level, one_request, payload, synthetic_text
+from evalgate.capacity import capacity_from_log, capacity_ratio, sglang_server_info_capacity
+from evalgate.errors import ConfigError, InfraError
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "THROUGHPUT_SCHEMA",
+    "BenchSettings",
+    "Target",
+    "check_target",
+    "finish_compare",
+    "measure_handle",
+    "run_sweep",
+    "sweep",
+    "throughput_doc",
+    "write_throughput",
+]
+
+THROUGHPUT_SCHEMA = 1
+DEFAULT_LEVELS = (1, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How hard and how long each arm is pushed (one field per ``evalgate bench`` flag)."""
+
+    levels: tuple[int, ...] = DEFAULT_LEVELS
+    """Concurrency levels; levels above the server's parallel slots are capped to it."""
+    input_len: int = 128
+    """Prompt tokens per request."""
+    output_len: int = 64
+    """Generated tokens per request (greedy, ignore_eos)."""
+    requests_per_level: int | None = None
+    """Requests per level; None means 4 per concurrent stream, at least 8."""
+    max_requests_per_level: int = 256
+    """Hard cap on requests per level."""
+    max_seconds_per_level: float = 30.0
+    """Hard cap on a level's wall time; requests still running then are cancelled."""
+    queue_timeout_s: float = 20.0
+    """A request with no first token after this long counts as queued beyond capacity."""
+    generator: str = "builtin"
+    """builtin (this module) or sglang (``python -m sglang.bench_serving``)."""
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not self.levels or any(c < 1 for c in self.levels):
+            raise ConfigError(f"bad --levels {self.levels}", fix="give positive integers, e.g. 1,4,8")
+        for name in ("input_len", "output_len", "max_requests_per_level"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1", fix="e.g. 128")
+        if self.requests_per_level is not None and self.requests_per_level < 1:
+            raise ConfigError("--requests-per-level must be at least 1", fix="omit it for 4 per stream")
+        if self.max_seconds_per_level <= 0 or self.queue_timeout_s <= 0:
+            raise ConfigError("time limits must be positive", fix="e.g. --max-seconds-per-level 30")
+        if self.generator not in ("builtin", "sglang"):
+            raise ConfigError(f"unknown generator {self.generator!r}", fix="use builtin or sglang")
+
+    def requests_for(self, concurrency: int) -> int:
+        wanted = self.requests_per_level or max(8, 4 * concurrency)
+        return max(1, min(wanted, self.max_requests_per_level))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["levels"] = list(self.levels)
+        return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """One arm's server. ``explicit`` marks a URL the user typed; any other must be loopback."""
+
+    name: str
+    base_url: str
+    api_key: str | None = None
+    explicit: bool = False
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_target(target: Target) -> None:
+    """Refuse to load-test anything but loopback, unless the user named the URL themselves."""
+    parts = urlsplit(target.base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{target.base_url!r} is not an http(s) URL", fix="e.g. http://127.0.0.1:30000")
+    if not target.explicit and not _is_loopback(parts.hostname):
+        raise ConfigError(
+            f"refusing to load-test {target.base_url}: evalgate only sends load to loopback servers "
+            "it launched or to URLs given on the command line",
+            fix="pass the URL explicitly with --baseline-url / --candidate-url",
+        )
+
+
+async def _json(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
+    try:
+        async with session.request(method, url, json=body, allow_redirects=False) as r:
+            return await r.json(content_type=None) if r.status == 200 else None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return None
+
+
+async def _prompt_ids(
+    session: aiohttp.ClientSession, base: str, model: str | None, s: BenchSettings
+) -> list[int] | None:
+    """Exactly ``input_len`` token ids of fixed text, via the server's own /tokenize."""
+    text = synthetic_text(s.input_len, s.seed)
+    for body in ({"content": text, "add_special": False}, {"prompt": text, "model": model}):
+        data = await _json(session, "POST", base + "/tokenize", body)
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if tokens and all(isinstance(t, int) for t in tokens):
+            return (tokens * (s.input_len // len(tokens) + 1))[: s.input_len]
+    return None
+
+
+async def _probe(session: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+    models = await _json(session, "GET", base + "/v1/models")
+    if models is None:
+        raise InfraError(
+            f"{base} did not answer GET /v1/models",
+            fix="check the URL and that the server is up; set EVALGATE_API_KEY if it needs a key",
+        )
+    data = (models.get("data") or []) if isinstance(models, dict) else []
+    props = await _json(session, "GET", base + "/props") or {}
+    info = await _json(session, "GET", base + "/server_info") or await _json(
+        session, "GET", base + "/get_server_info"
+    )
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    if slots is None and isinstance(info, dict):
+        slots = info.get("max_running_requests")
+    return {
+        "model": data[0].get("id") if data and isinstance(data[0], dict) else None,
+        "slots": int(slots) if slots else None,
+        "server_info": info if isinstance(info, dict) else None,
+    }
+
+
+def capped_levels(levels: Sequence[int], slots: int | None) -> list[int]:
+    """The sweep's levels, those above the server's parallel slots capped to it (deduplicated)."""
+    return sorted({min(c, slots) if slots else c for c in levels})
+
+
+async def sweep(target: Target, settings: BenchSettings) -> dict[str, Any]:
+    """Probe one server and run every level; stop at the first level that hits a capacity limit.
+
+    Bounded: a few probe requests (30 s), one warm-up (60 s), then per level at most
+    ``requests_for(c)`` requests within ``max_seconds_per_level``."""
+    check_target(target)
+    settings.validate()
+    base = target.base_url.rstrip("/")
+    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    top = max(settings.levels)
+    timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=None)
+    # A fresh connection per request (as bench_serving does): servers close keep-alive connections
+    # after a count or an idle time (cpp-httplib, uvicorn), and a reused dead one fails the request.
+    connector = aiohttp.TCPConnector(limit=top + 4, force_close=True)
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector) as session:
+        probe = await asyncio.wait_for(_probe(session, base), timeout=30)
+        levels = capped_levels(settings.levels, probe["slots"])
+        result: dict[str, Any] = {
+            "name": target.name,
+            "url": base,
+            "model": probe["model"],
+            "slots": probe["slots"],
+            "levels_requested": list(settings.levels),
+            "levels_run": levels,
+            "limit": None,
+            "limit_reason": "",
+            "capacity": sglang_server_info_capacity(probe["server_info"] or {}),
+        }
+        if settings.generator == "sglang":
+            from evalgate._sglang_bench import run_levels
+
+            rows = await asyncio.to_thread(run_levels, target, settings, levels, probe["model"])
+            result["prompt"] = {"mode": "sglang.bench_serving random-ids", "input_len": settings.input_len}
+        else:
+            prompts = await asyncio.wait_for(_prompt_ids(session, base, probe["model"], settings), timeout=30)
+            result["prompt"] = {
+                "mode": "token ids" if prompts else "text (about input_len words)",
+                "input_len": settings.input_len,
+            }
+            url = base + "/v1/completions"
+            warm = Req(time.perf_counter())
+            warm_body = {**payload(prompts, 0, settings, probe["model"]), "max_tokens": 2}
+            await asyncio.wait_for(
+                one_request(session, url, warm_body, warm, settings.queue_timeout_s), timeout=60
+            )
+            if warm.outcome != "ok":
+                raise InfraError(
+                    f"the {target.name} server failed the warm-up request ({warm.outcome}: {warm.error})",
+                    fix="check that the server serves /v1/completions with streaming and the API key",
+                )
+            rows, sent = [], 1  # index 0 was the warm-up
+            for c in levels:
+                rows.append(await level(session, url, prompts, settings, c, probe["model"], sent))
+                sent += settings.requests_for(c)
+                if rows[-1]["status"] == "limit":
+                    break
+        for row in rows:
+            if row["status"] == "limit" and result["limit"] is None:
+                result["limit"], result["limit_reason"] = row["concurrency"], row["reason"]
+        done = {r["concurrency"] for r in rows}
+        limit_reason = (
+            f"not run: capacity limit reached at concurrency {result['limit']}"
+            if result["limit"] is not None
+            else "not run: the load generator stopped at an error"
+        )
+        rows += [_skipped(c, limit_reason) for c in levels if c not in done]
+        result["levels"] = rows
+        return result
+
+
+def _skipped(c: int, reason: str) -> dict[str, Any]:
+    return {"concurrency": c, "status": "skipped", "reason": reason, "output_tok_s": None}
+
+
+def run_sweep(target: Target, settings: BenchSettings) -> dict[str, Any]:
+    """``sweep`` from synchronous code (the CLI and the compare runner)."""
+    return asyncio.run(sweep(target, settings))
+
+
+def measure_handle(
+    handle: Any, settings: BenchSettings | None = None, *, name: str | None = None, variant: str | None = None
+) -> dict[str, Any]:
+    """Sweep a server evalgate launched (a ``ServerHandle``), and read its KV capacity from its log."""
+    settings = settings or BenchSettings()
+    target = Target(name or handle.name, handle.base_url, handle.api_key, explicit=False)
+    result = run_sweep(target, settings)
+    log_path = getattr(handle, "log_path", None)
+    if result.get("capacity") is None and log_path is not None and Path(log_path).exists():
+        result["capacity"] = capacity_from_log(Path(log_path).read_text(errors="replace"))
+    result["command"] = list(getattr(handle, "command", []) or [])  # the key is already masked
+    result["variant"] = variant
+    return result
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    return round(float(b) / float(a), 3) if a and b is not None else None
+
+
+def throughput_doc(arms: Mapping[str, Mapping[str, Any] | None], settings: BenchSettings) -> dict[str, Any]:
+    """throughput.json: both arms' levels, the candidate/baseline ratio per level, and capacity."""
+    base, cand = arms.get("baseline") or {}, arms.get("candidate") or {}
+    by_level: dict[int, dict[str, Any]] = {}
+    for arm, data in (("baseline", base), ("candidate", cand)):
+        for row in data.get("levels") or []:
+            by_level.setdefault(int(row["concurrency"]), {})[arm] = row
+    levels = []
+    for c in sorted(by_level):
+        b, k = by_level[c].get("baseline") or {}, by_level[c].get("candidate") or {}
+        both = b.get("status") in ("ok", "errors") and k.get("status") in ("ok", "errors")
+        levels.append(
+            {
+                "concurrency": c,
+                "baseline_tok_s": b.get("output_tok_s"),
+                "candidate_tok_s": k.get("output_tok_s"),
+                "ratio": _ratio(b.get("output_tok_s"), k.get("output_tok_s")) if both else None,
+                "baseline_status": b.get("status", "not run"),
+                "candidate_status": k.get("status", "not run"),
+            }
+        )
+    return {
+        "schema": THROUGHPUT_SCHEMA,
+        "settings": settings.to_dict(),
+        "arms": {arm: dict(data) for arm, data in (("baseline", base), ("candidate", cand)) if data},
+        "levels": levels,
+        "capacity": {
+            "baseline": base.get("capacity"),
+            "candidate": cand.get("capacity"),
+            **capacity_ratio(base.get("capacity"), cand.get("capacity")),
+        },
+    }
+
+
+def write_throughput(folder: Path, doc: Mapping[str, Any]) -> Path:
+    """Atomically write ``folder/throughput.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "throughput.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def finish_compare(
+    run_dir: Path, manifest: dict[str, Any], settings: BenchSettings | None = None
+) -> dict[str, Any]:
+    """For ``compare --with-throughput``: move each arm's sweep into ``manifest["throughput"]``
+    (the report renders it) and write throughput.json beside the manifest."""
+    before = (manifest.get("throughput") or {}).get("arms") or {}  # a resumed run keeps earlier sweeps
+    arms = {
+        arm: (manifest.get("arms") or {}).get(arm, {}).pop("throughput", None) or before.get(arm)
+        for arm in ("baseline", "candidate")
+    }
+    doc = throughput_doc(arms, settings or BenchSettings())
+    manifest["throughput"] = doc
+    write_throughput(Path(run_dir), doc)
+    return doc
