@@ -165,7 +165,9 @@ def test_sigkill_evalgate_then_resume_equals_uninterrupted_run(data_dir: Path, t
     assert (cut / "verdict.json").read_bytes() == (whole / "verdict.json").read_bytes()
 
 
-def test_resume_refuses_changed_flags(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_refuses_changed_flags(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "r"
     assert main(["compare", "--baseline", "bf16", "--candidate", "bf16", "--suites", "arc_easy", "--limit", "3",
                  "--data-dir", str(data_dir), "--out", str(run)]) == 0  # fmt: skip
