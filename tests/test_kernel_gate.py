@@ -20,6 +20,8 @@ def test_bf16_needs_no_kernels_and_skip_is_recorded() -> None:
 
 def test_failed_kernel_check_blocks_a_passing_run(tmp_path: Path) -> None:
     failed = {"passed": False, "rows": [{"name": "fp8_kv.decode", "impl": "triton", "passed": False}]}
-    run_dir = build_run(tmp_path / "r", [SynthSuite("arc_easy", (40, 0, 0, 60))], extra={"kernel_check": failed})
+    run_dir = build_run(
+        tmp_path / "r", [SynthSuite("arc_easy", (40, 0, 0, 60))], extra={"kernel_check": failed}
+    )
     verdict = verdict_for(RunData(run_dir))
     assert verdict.verdict == "BLOCK" and "fp8_kv.decode (triton)" in verdict.reason
