@@ -12,7 +12,7 @@ import json
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,9 @@ from evalgate.records import Record, RecordStore
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
 from evalgate.variants import LaunchSpec, Variant, check_only_quantization
 
-__all__ = ["CompareRequest", "RunPlan", "plan_compare", "run_arms"]
+__all__ = ["SMOKE_CPU_GEN_CAP", "CompareRequest", "RunPlan", "plan_compare", "run_arms"]
+
+SMOKE_CPU_GEN_CAP = 256
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,10 @@ def plan_compare(
         )
     registry = default_registry()
     suites = [registry.get(name) for name in req.suites]
+    if req.max_gen_tokens is None and req.preset == "smoke" and engine.name == "llamacpp":
+        # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
+        # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
+        req = replace(req, max_gen_tokens=SMOKE_CPU_GEN_CAP)
     options = SuiteOptions(
         data_dir=req.data_dir,
         seed=req.seed,
