@@ -13,10 +13,12 @@ from typing import Any
 
 from evalgate.variants import Variant
 
-__all__ = ["kernel_check_for", "kernel_failures"]
+__all__ = ["installed", "kernel_check_for", "kernel_failures"]
 
 
-def _installed(module: str) -> bool:
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it (triton must not be
+    imported before the check chooses its interpreter mode)."""
     if module in sys.modules:
         return sys.modules[module] is not None
     try:
@@ -34,7 +36,7 @@ def kernel_check_for(candidate: Variant, *, skip: bool = False) -> dict[str, Any
         return None
     if skip:
         return {"kernels": names, "skipped": "--skip-kernel-check"}
-    missing = [m for m in ("torch", "triton", "numpy") if not _installed(m)]
+    missing = [m for m in ("torch", "triton", "numpy") if not installed(m)]
     if missing:
         return {
             "kernels": names,

@@ -8,11 +8,11 @@ failed, 2 usage error or torch/triton missing.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
+from evalgate.kernel_gate import installed
 from kernels._names import FAULTS, KERNEL_NAMES
 
 INSTALL_HINT = "install the kernels extra: pip install 'evalgate[kernels]' (torch and triton)"
@@ -56,15 +56,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.set_defaults(func=run, _kernels_parser=parser)
 
 
-def _installed(module: str) -> bool:
-    if module in sys.modules:
-        return sys.modules[module] is not None
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the check named on the command line; return the exit code."""
     if getattr(args, "kernels_command", None) != "check":
@@ -75,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             print("usage: evalgate kernels check [--kernels ...]", file=sys.stderr)
         return 2
     # find_spec, not import: triton must not be imported before the CPU interpreter is chosen.
-    missing = [m for m in ("torch", "triton", "numpy") if not _installed(m)]
+    missing = [m for m in ("torch", "triton", "numpy") if not installed(m)]
     if missing:
         print(f"evalgate kernels: {', '.join(missing)} not installed; {INSTALL_HINT}", file=sys.stderr)
         return 2
