@@ -306,7 +306,7 @@ def test_e2e_bench_on_llama_server(tmp_path: Path, capsys: pytest.CaptureFixture
         assert data["slots"] == 4 and data["levels"][0]["status"] == "ok"
         assert all(r["status"] in ("ok", "limit") for r in data["levels"])
         ok = [r for r in data["levels"] if r["status"] == "ok"]
-        assert all(r["output_tokens"] == 4 * 8 and r["output_tok_s"] > 0 for r in ok)
+        assert all(r["ok"] >= 1 and r["output_tokens"] >= 8 * r["ok"] and r["output_tok_s"] > 0 for r in ok)
         assert data["capacity"]["kv_tokens"] == 16384 and data["capacity"]["kv_mib"] > 0
     assert doc["capacity"]["candidate"]["kv_types"] == "K q8_0, V q8_0"
     assert doc["capacity"]["ratio"] > 1.5  # 8-bit KV: about twice the tokens per MiB
