@@ -28,6 +28,7 @@ __all__ = ["LlamaCppEngine", "LlamaCppScorer", "find_binary"]
 # Quantization settings that may differ between arms: the weights file and the KV types.
 QUANT_KEYS = frozenset({"model", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v"})
 KV_TYPES = {"bf16": "f16", "fp8": "q8_0"}  # llama.cpp has no FP8 cache; q8_0 is its 8-bit KV
+TOOLS_TEMPLATE = Path(__file__).parent / "templates" / "chatml_tools.jinja"
 
 
 def find_binary(name: str = "llama-server") -> Path:
@@ -124,6 +125,10 @@ class LlamaCppEngine:
             "-ctk": kv,
             "-ctv": kv,
             "--no-webui": None,
+            # ChatML with a <tool_call> block: the GGUF's own template ignores `tools`, and
+            # --jinja turns on llama-server's tool-call parser (suites/tool_calls/README.md)
+            "--jinja": None,
+            "--chat-template-file": str(TOOLS_TEMPLATE),
             "-lv": "4",  # logs the KV buffer sizes: proof the cache type took effect
         }
         for key, value in variant.args:

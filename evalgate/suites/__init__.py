@@ -7,6 +7,8 @@ from evalgate.suites.arc import arc
 from evalgate.suites.gsm8k import gsm8k
 from evalgate.suites.mmlu import mmlu
 from evalgate.suites.mmlu_pro import mmlu_pro
+from evalgate.suites.private import private
+from evalgate.suites.tool_calls import tool_calls
 
 __all__ = ["PRESETS", "Item", "ItemResult", "Registry", "Scorer", "Suite", "SuiteOptions", "default_registry"]
 
@@ -21,4 +23,6 @@ def default_registry() -> Registry:
     reg.register("arc_challenge", arc)
     reg.register("mmlu", mmlu)
     reg.register("mmlu_pro", mmlu_pro)
+    reg.register("tool_calls", tool_calls)
+    reg.register("private", private, prefix=True)
     return reg

@@ -1,0 +1,204 @@
+"""Tool-call validity on BFCL v4 single-turn cases (Patil et al. 2024, Berkeley Function Calling
+Leaderboard; data in ``<data-dir>/tool_calls``, see shared/data/SOURCES.md).
+
+Each case goes to ``/v1/chat/completions`` as OpenAI ``tools``; the engine's own tool-call
+parser turns the output into ``tool_calls``. Metrics, each 0/1 per item so they pair:
+``valid`` (primary: well-formed calls where calls are expected, none where none are),
+``match`` (BFCL's AST-style accuracy) and ``decision`` (called iff a call was expected).
+
+Prefill (``tool_prefill``): a small model on the CPU engine never calls a tool by itself, so
+there the assistant turn is prefilled with ``<tool_call>\\n`` and ``tool_choice`` is
+``required``. It is on by default only for the llama.cpp engine, reported in the suite's
+source line and in every record, and part of each prompt hash.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from evalgate.client import RequestFailed
+from evalgate.errors import ConfigError
+from evalgate.suites import _bfcl
+from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices
+
+__all__ = ["CATEGORIES", "ToolCallSuite", "tool_calls", "tool_prefill"]
+
+# File stems under <data-dir>/tool_calls, in a fixed order (item order is file order, then row).
+CATEGORIES = (
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+    "live_relevance",
+    "irrelevance",
+    "live_irrelevance",
+)
+PREFILL = "<tool_call>\n"
+PREFILL_ENGINES = frozenset({"llamacpp"})
+MAX_TOKENS = 512
+
+
+def expectation(case: dict[str, Any]) -> str:
+    """'no_call' (irrelevance), 'any_call' (live_relevance: no ground truth) or 'call'."""
+    if "irrelevance" in case["category"]:
+        return "no_call"
+    return "call" if case.get("ground_truth") else "any_call"
+
+
+def tool_prefill(options: SuiteOptions) -> bool:
+    """The prefill setting: ``options.tool_prefill`` when set, else on for llama.cpp only."""
+    explicit = getattr(options, "tool_prefill", None)
+    return bool(explicit) if explicit is not None else options.engine in PREFILL_ENGINES
+
+
+def build_request(case: dict[str, Any], *, prefill: bool, max_tokens: int) -> dict[str, Any]:
+    """The chat request for one case, exactly as sent (minus the run seed)."""
+    messages = [{"role": m["role"], "content": m["content"]} for m in case["question"][0]]
+    payload: dict[str, Any] = {"messages": messages, "temperature": 0.0, "max_tokens": max_tokens}
+    if case["function"]:
+        payload["tools"] = _bfcl.openai_tools(case["function"])
+        payload["tool_choice"] = "required" if prefill else "auto"
+        if prefill:
+            payload["messages"] = [*messages, {"role": "assistant", "content": PREFILL}]
+    return payload
+
+
+def score(
+    message: dict[str, Any], case: dict[str, Any], tools: list[dict[str, Any]]
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Metrics and the extracted calls for one assistant message (pure; no server)."""
+    expect = expectation(case)
+    calls = _bfcl.parse_calls(message)
+    problems = _bfcl.validity(calls, tools, expect)
+    matched = _bfcl.match(calls, case["function"], case.get("ground_truth"), expect)
+    decided = bool(calls) == (expect != "no_call")
+    metrics = {"valid": float(not problems), "match": float(matched), "decision": float(decided)}
+    extracted = {"calls": [{c.name: c.arguments} for c in calls], "problems": problems}
+    return metrics, extracted
+
+
+def recorded_message(message: dict[str, Any], finish_reason: Any) -> dict[str, Any]:
+    """What a record keeps of the reply: content and calls (not the random call ids)."""
+    calls = [
+        {
+            "name": (tc.get("function") or {}).get("name"),
+            "arguments": (tc.get("function") or {}).get("arguments"),
+        }
+        for tc in message.get("tool_calls") or []
+    ]
+    return {"content": message.get("content"), "tool_calls": calls, "finish_reason": finish_reason}
+
+
+@dataclass
+class ToolCallSuite:
+    name: str = "tool_calls"
+    version: int = 1
+    metrics: tuple[str, ...] = ("valid", "match", "decision")
+    kind: str = "chat"
+    private: bool = False
+
+    def _folder(self, options: SuiteOptions) -> Path:
+        if options.data_dir is None:
+            raise ConfigError(
+                "tool_calls needs the BFCL case files, and there is no Hub copy of the combined set",
+                fix="pass --data-dir pointing at a folder with tool_calls/BFCL_v4_*.jsonl (layout of shared/data)",
+            )
+        folder = Path(options.data_dir) / "tool_calls"
+        missing = [c for c in CATEGORIES if not (folder / f"BFCL_v4_{c}.jsonl").exists()]
+        if missing:
+            raise ConfigError(
+                f"{folder} lacks BFCL_v4_{missing[0]}.jsonl ({len(missing)} category file(s) missing)",
+                fix="point --data-dir at a folder laid out like shared/data",
+            )
+        return folder
+
+    def cases(self, options: SuiteOptions) -> list[dict[str, Any]]:
+        return _read_cases(str(self._folder(options)))
+
+    def size(self, options: SuiteOptions) -> int:
+        return len(self.cases(options))
+
+    def source(self, options: SuiteOptions) -> str:
+        mode = f"prefill {PREFILL!r} + tool_choice=required" if tool_prefill(options) else "tool_choice=auto"
+        where = Path(options.data_dir) / "tool_calls" if options.data_dir else "(needs --data-dir)"
+        return f"{where} (BFCL v4); {mode}; max_tokens {self._max_tokens(options)}"
+
+    def _max_tokens(self, options: SuiteOptions) -> int:
+        cap = options.max_gen_tokens
+        return MAX_TOKENS if cap is None else min(MAX_TOKENS, cap)
+
+    def load(self, options: SuiteOptions, n: int | None) -> list[Item]:
+        cases = self.cases(options)
+        strata = [c["category"] for c in cases]
+        indices = select_indices(len(cases), n, seed=options.seed, suite=self.name, strata=strata)
+        prefill = tool_prefill(options)
+        items = []
+        for i in indices:
+            case = cases[i]
+            request = build_request(case, prefill=prefill, max_tokens=self._max_tokens(options))
+            user = [m["content"] for m in case["question"][0] if m["role"] == "user"]
+            items.append(
+                Item(
+                    item_id=str(case["id"]),
+                    prompt_hash=prompt_hash(request),
+                    target={"expect": expectation(case), "ground_truth": case.get("ground_truth")},
+                    payload=(case, request),
+                    extra={"category": case["category"], "tool_prefill": prefill},
+                    display={"prompt": user[-1] if user else "", "choices": None},
+                )
+            )
+        return items
+
+    async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
+        case, request = item.payload
+        try:
+            data = await scorer.chat({**request, "seed": options.seed})
+        except RequestFailed as exc:
+            if not _is_parse_failure(str(exc)):
+                raise
+            # The engine's tool-call parser rejected the output: an invalid response, not an outage.
+            response = {"content": None, "tool_calls": [], "parse_error": str(exc)[:300]}
+            attempted = float(expectation(case) != "no_call")  # the parser saw a call it could not read
+            metrics = {"valid": 0.0, "match": 0.0, "decision": attempted}
+            return ItemResult(
+                response, {"calls": [], "problems": ["the engine could not parse the output"]}, metrics
+            )
+        choice = (data.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        metrics, extracted = score(message, case, request.get("tools", []))
+        usage = data.get("usage") or {}
+        tokens = {"prompt": usage.get("prompt_tokens", 0), "completion": usage.get("completion_tokens", 0)}
+        return ItemResult(recorded_message(message, choice.get("finish_reason")), extracted, metrics, tokens)
+
+
+@cache
+def _read_cases(folder: str) -> list[dict[str, Any]]:
+    out = []
+    for cat in CATEGORIES:
+        path = Path(folder) / f"BFCL_v4_{cat}.jsonl"
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{path}:{lineno} is not JSON: {exc}", fix="restore the file") from exc
+    return out
+
+
+def _is_parse_failure(error: str) -> bool:
+    """llama-server answers HTTP 500 when its tool-call parser cannot read the model's output."""
+    return "HTTP 500" in error and "does not match the expected" in error
+
+
+def tool_calls(name: str = "tool_calls") -> ToolCallSuite:
+    return ToolCallSuite(name=name)
