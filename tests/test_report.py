@@ -251,3 +251,12 @@ def test_discordant_items_sorted_by_divergence() -> None:
     object.__setattr__(text.baseline, "response", "the answer is 4")
     object.__setattr__(text.candidate, "response", "the answer is 5")
     assert abs(divergence(text) - 1 / 15) < 1e-12
+
+
+def test_private_scores_read_as_passed_over_total(tmp_path: Path) -> None:
+    from evalgate.gate import GatePolicy, decide
+    from evalgate.report._view import _score
+
+    row = decide({"private:exam": (["pass"], [])}, policy=GatePolicy()).suites[0]
+    row.n, row.n11, row.n10 = 63, 60, 1
+    assert _score(row, row.n11 + row.n10, 61 / 63) == "61 / 63 (96.8%)"

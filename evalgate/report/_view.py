@@ -179,8 +179,8 @@ def _row(r: Row, anchor_id: str, margin: float | str | None) -> RowView:
         metric=fmt.clean(r.metric),
         primary=r.primary,
         n=r.n,
-        baseline=fmt.score(r.baseline),
-        candidate=fmt.score(r.candidate),
+        baseline=_score(r, r.n11 + r.n10, r.baseline),
+        candidate=_score(r, r.n11 + r.n01, r.candidate),
         delta=fmt.points(r.delta),
         ci=fmt.ci(r.ci_low, r.ci_high),
         p=fmt.p(r.p_value),
@@ -195,6 +195,11 @@ def _row(r: Row, anchor_id: str, margin: float | str | None) -> RowView:
         anchor=anchor_id,
         raw=r,
     )
+
+
+def _score(r: Row, passed: int, rate: float) -> str:
+    """A private exam reads as "passed / total" (the way its owners quote it); others as a rate."""
+    return f"{passed} / {r.n} ({rate:.1%})" if r.suite.startswith("private:") else fmt.score(rate)
 
 
 def _variant(v: dict[str, Any]) -> str:

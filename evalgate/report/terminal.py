@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from evalgate.gate import Verdict
+from evalgate.gate import Row, Verdict
 
 __all__ = ["print_verdict"]
 
@@ -33,8 +33,8 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
             r.suite,
             r.metric + ("" if r.primary else " (info)"),
             str(r.n),
-            f"{r.baseline:.3f}",
-            f"{r.candidate:.3f}",
+            _score(r, r.n11 + r.n10, r.baseline),
+            _score(r, r.n11 + r.n01, r.candidate),
             f"{r.delta * 100:+.1f} pt",
             f"{r.n10}/{r.n01}",
             f"{r.flips * 100:.1f}%",
@@ -63,3 +63,7 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         console.print(f"note: {note}")
     if run_dir:
         console.print(f"evidence: {run_dir}")
+
+
+def _score(r: Row, passed: int, rate: float) -> str:
+    return f"{passed}/{r.n} ({rate:.1%})" if r.suite.startswith("private:") else f"{rate:.3f}"
