@@ -19,7 +19,7 @@ from typing import Any
 
 from evalgate.errors import ConfigError
 
-__all__ = ["SCHEMA", "Pair", "Record", "RecordStore", "pair_records", "read_records"]
+__all__ = ["SCHEMA", "Pair", "Record", "RecordStore", "pair_records", "read_records", "safe_name"]
 
 SCHEMA = 1
 
@@ -71,7 +71,8 @@ def _jsonable(obj: object) -> object:
     return str(obj)
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A suite or arm name as a file name (``private:/path/exam`` -> ``private__path_exam``)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
@@ -82,7 +83,7 @@ class RecordStore:
         self.dir = Path(run_dir) / "items"
 
     def path(self, suite: str, arm: str) -> Path:
-        return self.dir / f"{_safe(suite)}.{_safe(arm)}.jsonl"
+        return self.dir / f"{safe_name(suite)}.{safe_name(arm)}.jsonl"
 
     def load(self, suite: str, arm: str) -> dict[tuple[str, str, int], Record]:
         """The latest record per item; repairs a torn last line so appends stay valid JSONL."""

@@ -36,7 +36,7 @@ from evalgate.manifest import (
 )
 from evalgate.models import file_sha256
 from evalgate.preflight import preflight
-from evalgate.records import Record, RecordStore
+from evalgate.records import Record, RecordStore, safe_name
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
 from evalgate.variants import LaunchSpec, Variant, check_only_quantization
 
@@ -67,6 +67,7 @@ class CompareRequest:
     policy: str = "difference"
     margin: str | None = None
     aa: bool = False
+    tool_prefill: bool | None = None
     agreement_gate: bool = True
     flip_budget: float | None = None
     with_throughput: bool = False
@@ -125,6 +126,7 @@ def plan_compare(
         max_gen_tokens=req.max_gen_tokens,
         engine=engine.name,
         reveal_private=req.reveal_private,
+        tool_prefill=req.tool_prefill,
     )
     n = req.limit if req.limit is not None else PRESETS[req.preset]
     items = {}
@@ -166,7 +168,7 @@ def _write_prompts(plan: RunPlan) -> None:
     for suite in plan.suites:
         if suite.private and not plan.options.reveal_private:
             continue
-        path = folder / f"{suite.name}.jsonl"
+        path = folder / f"{safe_name(suite.name)}.jsonl"  # private:/a/b would nest folders
         if path.exists():
             continue
         tmp = path.with_suffix(".tmp")

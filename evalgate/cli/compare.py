@@ -117,6 +117,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "capacity (the `evalgate bench` defaults), in the report and throughput.json",
     )
     p.add_argument(
+        "--tool-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="tool_calls: prefill <tool_call> with tool_choice=required (default: on for llamacpp only)",
+    )
+    p.add_argument(
         "--skip-kernel-check",
         action="store_true",
         help="do not run the candidate's kernel numerics check first",
@@ -154,7 +160,7 @@ def request_from_args(args: argparse.Namespace) -> CompareRequest:
         "allow_diff": tuple(args.allow_diff) if args.allow_diff else None,
         "max_gen_tokens": args.max_gen_tokens, "reveal_private": args.reveal_private,
         "policy": args.policy, "margin": args.margin, "errors_as_wrong": args.errors_as_wrong,
-        "aa": args.aa, "agreement_gate": args.agreement_gate, "flip_budget": args.flip_budget,
+        "aa": args.aa, "tool_prefill": args.tool_prefill, "agreement_gate": args.agreement_gate, "flip_budget": args.flip_budget,
         "with_throughput": args.with_throughput,
     }  # fmt: skip
     if isinstance(typed["suites"], str):

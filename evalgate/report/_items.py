@@ -8,14 +8,13 @@ ids and outcomes only: their records carry no text, and no prompts file is read 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalgate import stats
 from evalgate.analysis import RunData
-from evalgate.records import Pair, Record
+from evalgate.records import Pair, Record, safe_name
 from evalgate.report import _format as fmt
 
 __all__ = ["MAX_ITEMS_PER_GROUP", "ArmView", "ChoiceView", "ItemView", "SuiteItems", "discordant_items"]
@@ -98,8 +97,7 @@ def _passed(value: float) -> bool:
 
 def load_prompts(run_dir: Path, suite: str) -> dict[str, dict[str, Any]]:
     """prompts/<suite>.jsonl by item_id; absent (private suites, old runs) gives {}."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", suite)
-    for name in dict.fromkeys((suite, safe)):
+    for name in dict.fromkeys((safe_name(suite), suite)):
         path = Path(run_dir) / "prompts" / f"{name}.jsonl"
         try:
             if path.is_file():

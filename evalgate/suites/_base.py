@@ -53,6 +53,8 @@ class SuiteOptions:
     """Cap on generated tokens (smoke presets on CPU); None keeps the task's own limit."""
     engine: str = "llamacpp"
     reveal_private: bool = False
+    tool_prefill: bool | None = None
+    """tool_calls: prefill ``<tool_call>`` with tool_choice=required; None: on for llamacpp only."""
 
 
 @dataclass
