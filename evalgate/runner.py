@@ -38,7 +38,7 @@ from evalgate.models import file_sha256
 from evalgate.preflight import preflight
 from evalgate.records import Record, RecordStore, safe_name
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
-from evalgate.variants import LaunchSpec, Variant, check_only_quantization
+from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
 __all__ = ["SMOKE_CPU_GEN_CAP", "CompareRequest", "RunPlan", "plan_compare", "run_arms"]
 
@@ -104,16 +104,7 @@ def plan_compare(
     specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
     if req.aa:  # the baseline launched a second time: the noise floor
         variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
-    diffs = check_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
-    if diffs:
-        table = "\n".join(f"  {k}: baseline={a!r} candidate={b!r}" for k, a, b in diffs)
-        raise ConfigError(
-            f"the pair differs in more than quantization ({len(diffs)} setting(s)), so a difference "
-            "in answers could not be blamed on quantization",
-            fix="make the variants equal in these settings, or pass --allow-diff KEY for each "
-            "(recorded in the report)",
-            detail="differences:\n" + table,
-        )
+    require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
     registry = default_registry()
     suites = [registry.get(name) for name in req.suites]
     if req.max_gen_tokens is None and req.preset == "smoke" and engine.name == "llamacpp":

@@ -18,6 +18,7 @@ __all__ = [
     "Variant",
     "check_only_quantization",
     "parse_variant",
+    "require_only_quantization",
 ]
 
 WEIGHTS = ("bf16", "fp8", "int4")
@@ -110,6 +111,28 @@ def check_only_quantization(
         if a.get(key, _MISSING) != b.get(key, _MISSING):
             diffs.append((key, _show(a.get(key, _MISSING)), _show(b.get(key, _MISSING))))
     return diffs
+
+
+def require_only_quantization(
+    baseline: LaunchSpec,
+    candidate: LaunchSpec,
+    *,
+    allow: Iterable[str] = (),
+    what: str = "answers",
+    recorded: bool = True,
+) -> None:
+    """Refuse (exit 2, with the diff) a pair whose launch settings differ beyond quantization."""
+    diffs = check_only_quantization(baseline, candidate, allow=allow)
+    if not diffs:
+        return
+    table = "\n".join(f"  {k}: baseline={a!r} candidate={b!r}" for k, a, b in diffs)
+    raise ConfigError(
+        f"the pair differs in more than quantization ({len(diffs)} setting(s)), so a difference "
+        f"in {what} could not be blamed on quantization",
+        fix="make the variants equal in these settings, or pass --allow-diff KEY for each"
+        + (" (recorded in the report)" if recorded else ""),
+        detail="differences:\n" + table,
+    )
 
 
 _MISSING = "<unset>"

@@ -175,20 +175,18 @@ def _launch_and_measure(
 ) -> None:
     from evalgate.config import load_config
     from evalgate.engines import get_engine
-    from evalgate.variants import check_only_quantization
+    from evalgate.variants import require_only_quantization
 
     cfg = load_config(args.config)
     engine = get_engine(args.engine or cfg.engine, cfg)
     specs = {arm: engine.launch_spec(cfg.variant(name)) for arm, name in variants.items()}
-    diffs = check_only_quantization(specs["baseline"], specs["candidate"], allow=tuple(args.allow_diff or ()))
-    if diffs:
-        table = "\n".join(f"  {k}: baseline={a!r} candidate={b!r}" for k, a, b in diffs)
-        raise ConfigError(
-            f"the pair differs in more than quantization ({len(diffs)} setting(s)), so a speed difference "
-            "could not be blamed on quantization",
-            fix="make the variants equal in these settings, or pass --allow-diff KEY for each",
-            detail="differences:\n" + table,
-        )
+    require_only_quantization(
+        specs["baseline"],
+        specs["candidate"],
+        allow=tuple(args.allow_diff or ()),
+        what="speed",
+        recorded=False,
+    )
     header.update({"engine": engine.name, "engine_version": engine.version()})
     for arm, spec in specs.items():
         with engine.launch(spec, name=arm, log_dir=out / "logs") as handle:
