@@ -4,9 +4,10 @@ Simulates paired binary evals of ``--n`` items at several flip rates, once with 
 (delta = ``--delta``, default -0.03) and once under H0 (delta = 0). Each replicate is judged two ways:
 
 * full run: the two-sided mid-p McNemar test on all items, BLOCK when p < alpha;
-* sequential: ``evalgate.stats.sequential_test`` looked at after every ``--chunk`` items, stopping at
-  the first BLOCK (E >= 1/alpha) or futility (E can no longer reach 1/alpha); at the last look an
-  undecided run is a PASS.
+* sequential: ``evalgate.sequential.replay_stream``, the rule ``compare --sequential`` runs, looking
+  after every ``--chunk`` items and stopping at the first BLOCK (E >= 1/alpha) or futility
+  (``stats.sequential_futile``: even an optimistic projection of the items left keeps E below
+  1/alpha); an undecided run is a PASS after the last look.
 
 Per flip rate it prints the mean fraction of items the sequential test used, the same among the
 replicates where it reached the full run's verdict, its block rate (power) beside the full run's,
@@ -27,7 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evalgate.stats import mcnemar, sequential_test
+from evalgate.sequential import replay_stream
+from evalgate.stats import mcnemar
 
 
 @dataclass(frozen=True)
@@ -47,26 +49,18 @@ def simulate(
     chunk: int,
     reps: int,
     alpha: float,
-    a: float,
     rng: np.random.Generator,
 ) -> Outcome:
     """Run ``reps`` paired evals and judge each by the full-run and the chunked sequential test."""
     p10, p01 = (flip_rate - delta) / 2, (flip_rate + delta) / 2  # regression, improvement rates
     u = rng.random((reps, n))
     code = np.where(u < p10, 1, np.where(u < p10 + p01, 0, -1))  # 1 regression, 0 improvement, -1 same
-    looks = np.arange(chunk, n + chunk, chunk).clip(max=n)
     full_block, seq_block, fraction = np.zeros(reps, bool), np.zeros(reps, bool), np.ones(reps)
     for i in range(reps):
-        items = np.flatnonzero(code[i] >= 0)
-        stream = code[i, items]
-        n10 = int(stream.sum())
-        full_block[i] = mcnemar(n10, stream.size - n10).pvalue < alpha
-        seen_pairs = np.searchsorted(items, looks)  # discordant pairs among the first `look` items
-        for look, m in zip(looks.tolist(), seen_pairs.tolist(), strict=True):
-            res = sequential_test(stream[:m], alpha=alpha, a=a, b=a, n_total=m + n - look)
-            if res.decision != "continue":
-                seq_block[i], fraction[i] = res.decision == "block", look / n
-                break
+        n10, n01 = int((code[i] == 1).sum()), int((code[i] == 0).sum())
+        full_block[i] = mcnemar(n10, n01).pvalue < alpha
+        out = replay_stream(code[i].tolist(), n_total=n, chunk=chunk, alpha=alpha)
+        seq_block[i], fraction[i] = out.decision == "block", out.used / n
     return Outcome(full_block, seq_block, fraction)
 
 
@@ -79,15 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delta", type=float, default=-0.03, help="true p_candidate - p_baseline under H1")
     parser.add_argument("--flip-rates", type=float, nargs="+", default=[0.05, 0.10, 0.15])
     parser.add_argument("--alpha", type=float, default=0.05)
-    parser.add_argument("--a", type=float, default=1.0, help="symmetric Beta(a, a) mixture prior")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
-    kw = {"n": args.n, "chunk": args.chunk, "reps": args.reps, "alpha": args.alpha, "a": args.a, "rng": rng}
+    kw = {"n": args.n, "chunk": args.chunk, "reps": args.reps, "alpha": args.alpha, "rng": rng}
 
     print(
         f"n={args.n} items, looks every {args.chunk}, delta={args.delta:+.3f}, alpha={args.alpha}, "
-        f"Beta({args.a:g},{args.a:g}) mixture, {args.reps} reps, seed {args.seed}"
+        f"Beta(1,1) mixture, {args.reps} reps, seed {args.seed}"
     )
     head = (
         "flips  | items used: all  same-verdict | block rate: seq  full | agree "

@@ -21,8 +21,9 @@ from typing import Literal
 
 import numpy as np
 from scipy.special import betaln
+from scipy.stats import beta as _beta
 
-__all__ = ["SequentialResult", "sequential_evalue", "sequential_test"]
+__all__ = ["SequentialResult", "sequential_evalue", "sequential_futile", "sequential_test"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +109,49 @@ def sequential_test(
         if futile.size and (decision == "continue" or futile[0] < stop):
             stop, decision = int(futile[0]), "futile"
     return SequentialResult(stop, decision, float(np.exp(log_e[stop])), int(r[stop]), int(stop - r[stop]))
+
+
+def sequential_futile(
+    regressions: int,
+    improvements: int,
+    *,
+    items_seen: int,
+    items_total: int,
+    alpha: float = 0.05,
+    a: float = 1.0,
+    b: float = 1.0,
+    confidence: float = 0.95,
+    min_fraction: float = 0.2,
+) -> bool:
+    """Whether a suite should stop early because the e-value will almost surely not reach 1/alpha.
+
+    Two reasons, either suffices. Exact: even if every item left were a discordant pair in
+    one direction, E stays below 1/alpha (see ``sequential_test``). Projected: the items left
+    are expected to add ``left * (r + s + 1) / (k + 2)`` discordant pairs; even if they split
+    at the ``confidence`` upper (or lower) bound of the regression share seen so far (a
+    Beta(r + 1, s + 1) posterior quantile), E ends below 1/alpha. The projection is checked
+    only after ``min_fraction`` of the items, so early noise cannot end a suite.
+
+    Stopping for futility never blocks, so it cannot raise the false-block rate; what it costs
+    is power, measured in ``benchmarks/sequential_savings.py``.
+    """
+    r, s = _count("regressions", regressions), _count("improvements", improvements)
+    k, n = _count("items_seen", items_seen), _count("items_total", items_total)
+    if k > n or r + s > k:
+        raise ValueError(f"inconsistent counts: {r} + {s} discordant of {k} seen of {n} items")
+    if not 0 < float(alpha) < 1 or not 0.5 < float(confidence) < 1:
+        raise ValueError(f"alpha must be in (0, 1) and confidence in (0.5, 1), got {alpha!r}, {confidence!r}")
+    a, b = _shape("a", a), _shape("b", b)
+    threshold = math.log(1 / float(alpha))
+    left = n - k
+    if left == 0:
+        return bool(_log_evalue(r, s, a, b) < threshold)
+    exact = max(_log_evalue(r + left, s, a, b), _log_evalue(r, s + left, a, b), _log_evalue(r, s, a, b))
+    if exact < threshold:
+        return True
+    if k < min_fraction * n:
+        return False
+    more = left * (r + s + 1) / (k + 2)
+    hi, lo = float(_beta.ppf(confidence, r + 1, s + 1)), float(_beta.ppf(1 - confidence, r + 1, s + 1))
+    best = max(float(_log_evalue(r + more * share, s + more * (1 - share), a, b)) for share in (hi, lo))
+    return best < threshold

@@ -47,6 +47,17 @@ class RunData:
             pairs = pair_records(arms["baseline"].values(), arms["candidate"].values(), suite=suite)
             self.pairs[suite] = pairs
             self.missing[suite] = int(meta["n"]) - len(pairs)
+        self.sequential: dict[str, Any] = {}
+        if self.manifest.get("sequential"):  # a suite that stopped early needs only its used items
+            from evalgate.sequential import outcomes
+
+            self.sequential = outcomes(self)
+            for suite, out in self.sequential.items():
+                used = set(self.manifest["suites"][suite]["item_ids"][: out.used])
+                self.pairs[suite] = [p for p in self.pairs[suite] if p.item_id in used]
+                self.missing[suite] = 0 if out.decision != "running" else out.planned - len(self.pairs[suite])
+        for suite, meta in self.manifest["suites"].items():
+            arms = self.records[suite]
             if "aa" in arms:
                 aa = pair_records(arms["baseline"].values(), arms["aa"].values(), suite=suite)
                 self.aa_pairs[suite] = aa
@@ -79,7 +90,16 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         flip_budget=req.get("flip_budget"),
     )
     per_suite = {s: (meta["metrics"], run.pairs[s]) for s, meta in m["suites"].items()}
-    verdict = decide(per_suite, policy=policy, aa_pairs=run.aa_pairs if "aa" in run.arm_names else None)
+    verdict = decide(
+        per_suite,
+        policy=policy,
+        aa_pairs=run.aa_pairs if "aa" in run.arm_names else None,
+        sequential=run.sequential or None,
+    )
+    if run.sequential:
+        from evalgate.sequential import summary_note
+
+        verdict.notes.append(summary_note(run.sequential))
     errors = run.errors()
     incomplete = {s: k for s, k in run.missing.items() if k > 0}
     if errors or incomplete:
@@ -98,9 +118,25 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         verdict.notes.append(f"kernel check skipped: {m['kernel_check']['skipped']}")
     if m.get("allow_diff"):
         verdict.notes.append("launch settings allowed to differ: " + ", ".join(m["allow_diff"]))
+    truncated = _truncated(run)
+    if truncated:
+        verdict.notes.append(
+            "prompts left-truncated to fit the server's context (lm-eval's rule): "
+            + ", ".join(f"{s} {k}" for s, k in truncated.items())
+        )
     if m.get("max_gen_tokens"):
         verdict.notes.append(f"generation capped at {m['max_gen_tokens']} tokens on both arms")
     return verdict
+
+
+def _truncated(run: RunData) -> dict[str, int]:
+    """Records per suite whose prompt lost tokens to the context limit (either arm)."""
+    out = {}
+    for suite, arms in run.records.items():
+        k = sum(1 for recs in arms.values() for r in recs.values() if r.extra.get("truncated_tokens"))
+        if k:
+            out[suite] = k
+    return out
 
 
 def require_complete(run: RunData) -> None:

@@ -38,6 +38,11 @@ class LlamaCppConfig(BaseModel):
     parallel: int = Field(4, ge=1, le=256, description="Parallel slots (-np) and client concurrency.")
     threads: int = Field(2, ge=1, description="CPU threads (-t).")
     ready_timeout_s: float = Field(120.0, gt=0, description="Seconds to wait for /health.")
+    deterministic: bool = Field(
+        False,
+        description="One slot, one request at a time, no prompt cache: logprobs are bit-identical "
+        "across runs, restarts and resumes (about 2x slower).",
+    )
 
 
 class VariantConfig(BaseModel):

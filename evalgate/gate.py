@@ -100,6 +100,8 @@ class Row:
     significant: bool = False
     status: str = "pass"
     reason: str = ""
+    sequential: dict[str, Any] | None = None
+    """--sequential: where the suite stopped; ``p_value`` is then the always-valid 1 / max E."""
 
 
 @dataclass
@@ -177,15 +179,22 @@ def decide(
     *,
     policy: GatePolicy,
     aa_pairs: Mapping[str, Sequence[Pair]] | None = None,
+    sequential: Mapping[str, Any] | None = None,
 ) -> Verdict:
     """``per_suite``: suite -> (metrics with the primary first, its pairs); ``aa_pairs``: suite ->
-    baseline-vs-baseline pairs from ``--aa``."""
+    baseline-vs-baseline pairs from ``--aa``; ``sequential``: suite -> SequentialOutcome, whose
+    always-valid p-value replaces McNemar's for the primary row (McNemar's p is not valid after
+    looking at the data every chunk)."""
     k = len(per_suite)
     rows = [
         paired_row(suite, metric, pairs, primary=(i == 0), policy=policy, family_size=k)
         for suite, (metrics, pairs) in per_suite.items()
         for i, metric in enumerate(metrics)
     ]
+    for row in rows:
+        if row.primary and sequential and row.suite in sequential:
+            row.p_value = float(sequential[row.suite].pvalue)
+            row.sequential = sequential[row.suite].to_dict()
     aa = _aa_rows(per_suite, aa_pairs) if aa_pairs is not None else None
     aa_rate = {r.suite: r.flips for r in aa} if aa else {}
     agreement = []
@@ -292,6 +301,12 @@ def _verdict(rows: list[Row], agreement: list[AgreementRow], policy: GatePolicy)
 
 def _row_status(row: Row, policy: GatePolicy) -> tuple[str, str]:
     where = f"delta {row.delta * 100:+.1f} pt, CI [{row.ci_low * 100:+.1f}, {row.ci_high * 100:+.1f}], p = {row.p_value:.3g}"
+    if row.sequential:
+        sq = row.sequential
+        where += (
+            f"; sequential: {sq['decision']} after {sq['used']}/{sq['planned']} items, "
+            f"max E = {sq['evalue_max']:.3g}, always-valid p"
+        )
     if row.n == 0:
         return "missing", "no paired items"
     if not row.primary:

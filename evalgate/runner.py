@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evalgate.client import RequestFailed
 from evalgate.config import EvalgateConfig
 from evalgate.engines import get_engine
+from evalgate.engines.external import preflight_all
 from evalgate.errors import ConfigError, EvalgateError, PreflightError
 from evalgate.gate import GatePolicy
 from evalgate.manifest import (
@@ -35,7 +36,6 @@ from evalgate.manifest import (
     write_manifest,
 )
 from evalgate.models import file_sha256
-from evalgate.preflight import preflight
 from evalgate.records import Record, RecordStore, safe_name
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
@@ -71,6 +71,14 @@ class CompareRequest:
     agreement_gate: bool = True
     flip_budget: float | None = None
     with_throughput: bool = False
+    deterministic: bool = False
+    baseline_url: tuple[str, ...] = ()
+    candidate_url: tuple[str, ...] = ()
+    """Attach mode: servers already running, sharded across these URLs; nothing is launched."""
+    protocol: str = "auto"
+    sequential: bool = False
+    chunk: int | None = None
+    """Items per look for --sequential (default 50)."""
 
 
 @dataclass
@@ -99,12 +107,20 @@ def plan_compare(
     GatePolicy(alpha=req.alpha, policy=req.policy, margin=req.margin, flip_budget=req.flip_budget)  # validate
     if req.preset not in PRESETS:
         raise ConfigError(f"unknown preset {req.preset!r}", fix=f"use one of {', '.join(PRESETS)}")
-    engine = get_engine(req.engine or cfg.engine, cfg)
+    if req.deterministic:  # recorded in the launch args (-np 1), so a resume keeps it
+        cfg = cfg.model_copy(update={"llamacpp": cfg.llamacpp.model_copy(update={"deterministic": True})})
+    engine = _engine(req, cfg)
     variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
     specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
     if req.aa:  # the baseline launched a second time: the noise floor
         variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
     require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
+    if engine.name == "external":  # settings read back from the running servers
+        from evalgate.engines.external import require_attached_pair
+
+        require_attached_pair(
+            engine.attach_info("baseline"), engine.attach_info("candidate"), allow=req.allow_diff
+        )
     registry = default_registry()
     suites = [registry.get(name) for name in req.suites]
     if req.max_gen_tokens is None and req.preset == "smoke" and engine.name == "llamacpp":
@@ -119,11 +135,20 @@ def plan_compare(
         reveal_private=req.reveal_private,
         tool_prefill=req.tool_prefill,
     )
+    if req.sequential and req.policy == "non-inferiority":
+        raise ConfigError(
+            "--sequential tests for a difference or a regression, not non-inferiority",
+            fix="drop --sequential, or use --policy difference or regression",
+        )
     n = req.limit if req.limit is not None else PRESETS[req.preset]
     items = {}
     for suite in suites:
         with console.status(f"loading {suite.name} items"):
             items[suite.name] = suite.load(options, n)
+        if req.sequential:  # the recorded order in which the e-value consumes them
+            from evalgate.sequential import shuffled
+
+            items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
     if req.resume:
         run_dir = Path(req.resume)
         old = load_manifest(run_dir)
@@ -139,17 +164,42 @@ def plan_compare(
     plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, variants)
     plan.manifest = _manifest(plan, variants)
     plan.manifest["request"] = record or {}
+    if req.sequential:
+        from evalgate.sequential import DEFAULT_CHUNK
+
+        plan.manifest["sequential"] = {"chunk": req.chunk or DEFAULT_CHUNK, "suites": {}}
     if req.resume:
         _check_resume(old, plan.manifest, run_dir)
         plan.manifest["arms"] = old["arms"]
         plan.manifest["request"] = old.get("request", plan.manifest["request"])
         plan.manifest["created_utc"] = old["created_utc"]
         plan.manifest["resumed_utc"] = [*old.get("resumed_utc", []), utc_now()]
+        if old.get("sequential"):
+            plan.manifest["sequential"] = old["sequential"]
         if old.get("throughput"):  # compare --with-throughput: arms already swept are not swept again
             plan.manifest["throughput"] = old["throughput"]
     write_manifest(run_dir, plan.manifest)
     _write_prompts(plan)
     return plan
+
+
+def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Any:
+    if bool(req.baseline_url) != bool(req.candidate_url):
+        raise ConfigError(
+            "attach mode needs both --baseline-url and --candidate-url",
+            fix="pass both (comma-separated URLs per arm), or neither to launch the servers",
+        )
+    if req.baseline_url:
+        if req.engine:
+            raise ConfigError(
+                "--engine launches servers; --baseline-url/--candidate-url attach to running ones",
+                fix="drop --engine (use --protocol to name the attached servers' engine)",
+            )
+        from evalgate.engines.external import ExternalEngine
+
+        urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
+        return ExternalEngine(urls, protocol=req.protocol)
+    return get_engine(req.engine or cfg.engine, cfg)
 
 
 def _write_prompts(plan: RunPlan) -> None:
@@ -244,7 +294,12 @@ def _check_resume(old: dict[str, Any], new: dict[str, Any], run_dir: Path) -> No
 def run_arms(plan: RunPlan, console: Console) -> None:
     """Launch each arm in turn and run every missing item; raises EvalgateError on failure."""
     try:
-        _run_arms(plan, console)
+        if plan.request.sequential:
+            from evalgate.sequential import run_sequential
+
+            run_sequential(plan, console)
+        else:
+            _run_arms(plan, console)
     except EvalgateError as exc:
         exc.fix = exc.fix.replace("RUN_DIR", str(plan.run_dir))
         raise
@@ -320,7 +375,7 @@ async def _run_arm(
 ) -> dict[str, Any]:
     scorer = plan.engine.scorer(handle, seed=plan.request.seed)
     try:
-        report = await preflight(scorer, server=arm)
+        report = await preflight_all(scorer, server=arm)  # every URL of an attached arm
         out: dict[str, Any] = {"_fingerprint": report.tokenizer_fingerprint, "_preflight": report.checks}
         variant = plan.manifest["variants"][arm]["name"]
         with Progress(

@@ -20,7 +20,13 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as _st
 
-from evalgate._stats_sequential import SequentialResult, _count, sequential_evalue, sequential_test
+from evalgate._stats_sequential import (
+    SequentialResult,
+    _count,
+    sequential_evalue,
+    sequential_futile,
+    sequential_test,
+)
 
 __all__ = [
     "BinomTestResult",
@@ -37,6 +43,7 @@ __all__ = [
     "paired_bootstrap",
     "paired_diff_ci",
     "sequential_evalue",
+    "sequential_futile",
     "sequential_test",
     "sign_flip_test",
     "top1_agree",

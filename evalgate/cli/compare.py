@@ -63,7 +63,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--out", type=Path, help="run folder (default: reports/<run-id>)")
     p.add_argument("--alpha", type=float, help="family-wise error rate (default: 0.05)")
-    p.add_argument("--engine", help="llamacpp (default on CPU)")
+    p.add_argument("--engine", help="llamacpp (default on CPU), sglang or vllm")
+    p.add_argument(
+        "--baseline-url",
+        metavar="URL[,URL...]",
+        help="attach to baseline server(s) already running instead of launching one; items are sharded "
+        "across the URLs; API key from EVALGATE_BASELINE_API_KEY",
+    )
+    p.add_argument(
+        "--candidate-url",
+        metavar="URL[,URL...]",
+        help="attach to candidate server(s); API key from EVALGATE_CANDIDATE_API_KEY",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=["auto", "llamacpp", "sglang", "vllm"],
+        help="attach mode: the servers' engine (default: auto, detected from their endpoints)",
+    )
     p.add_argument("--config", type=Path, help="evalgate.toml (default: ./evalgate.toml if present)")
     p.add_argument("--seed", type=int, help="item selection and few-shot seed (default: 1234)")
     p.add_argument(
@@ -117,6 +133,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "capacity (the `evalgate bench` defaults), in the report and throughput.json",
     )
     p.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="llamacpp: one slot, one request at a time, no prompt cache, so logprobs are "
+        "bit-identical across runs and resumes (about 2x slower)",
+    )
+    p.add_argument(
+        "--sequential",
+        action="store_true",
+        default=None,
+        help="keep both servers up, run items in a recorded shuffled order in chunks, and stop each "
+        "suite once its always-valid e-value decides (block) or no decision is reachable (futile)",
+    )
+    p.add_argument("--chunk", type=int, help="--sequential: items per look (default: 50)")
+    p.add_argument(
         "--tool-prefill",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -161,7 +192,9 @@ def request_from_args(args: argparse.Namespace) -> CompareRequest:
         "max_gen_tokens": args.max_gen_tokens, "reveal_private": args.reveal_private,
         "policy": args.policy, "margin": args.margin, "errors_as_wrong": args.errors_as_wrong,
         "aa": args.aa, "tool_prefill": args.tool_prefill, "agreement_gate": args.agreement_gate, "flip_budget": args.flip_budget,
-        "with_throughput": args.with_throughput,
+        "with_throughput": args.with_throughput, "sequential": args.sequential, "chunk": args.chunk,
+        "deterministic": args.deterministic, "protocol": args.protocol,
+        "baseline_url": _urls(args.baseline_url), "candidate_url": _urls(args.candidate_url),
     }  # fmt: skip
     if isinstance(typed["suites"], str):
         typed["suites"] = tuple(s.strip() for s in typed["suites"].split(",") if s.strip())
@@ -190,8 +223,14 @@ def request_from_args(args: argparse.Namespace) -> CompareRequest:
             merged[key] = Path(merged[key])
     merged["suites"] = tuple(merged["suites"])
     merged["allow_diff"] = tuple(merged.get("allow_diff") or ())
+    for key in ("baseline_url", "candidate_url"):
+        merged[key] = tuple(merged.get(key) or ())
     known = {f.name for f in fields(CompareRequest)}
     return CompareRequest(resume=resume, **{k: v for k, v in merged.items() if k in known and k != "resume"})
+
+
+def _urls(value: str | None) -> tuple[str, ...] | None:
+    return tuple(u.strip() for u in value.split(",") if u.strip()) if value else None
 
 
 def _norm(value: Any) -> Any:
@@ -216,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--limit must be at least 1", fix="omit it to use the preset's item count")
     if not 0 < req.alpha < 1:
         raise ConfigError(f"--alpha {req.alpha} is not between 0 and 1", fix="the usual value is 0.05")
+    if req.chunk is not None and req.chunk < 1:
+        raise ConfigError("--chunk must be at least 1", fix="the default is 50 items per look")
     if not req.suites:
         raise ConfigError("--suites is empty", fix="name at least one suite; see `evalgate suites list`")
     cfg = load_config(args.config)

@@ -99,6 +99,13 @@ class LlamaCppSettings:
     parallel: int = 4
     threads: int = 2
     ready_timeout_s: float = 120.0
+    deterministic: bool = False
+    """llama.cpp's logprobs move by ~0.01 nats with the batch a request shares and with the
+    prompt-cache state; one slot, one request at a time and no prompt cache remove both."""
+
+    @property
+    def slots(self) -> int:
+        return 1 if self.deterministic else self.parallel
 
 
 class LlamaCppEngine:
@@ -119,8 +126,8 @@ class LlamaCppEngine:
         s = self.settings
         kv = KV_TYPES[variant.kv]
         args: dict[str, str | None] = {
-            "-c": str(s.ctx_per_slot * s.parallel),
-            "-np": str(s.parallel),
+            "-c": str(s.ctx_per_slot * s.slots),
+            "-np": str(s.slots),
             "-t": str(s.threads),
             "-ctk": kv,
             "-ctv": kv,
@@ -187,7 +194,9 @@ class LlamaCppEngine:
             yield handle
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> LlamaCppScorer:
-        return LlamaCppScorer(handle, concurrency=self.settings.parallel, seed=seed)
+        return LlamaCppScorer(
+            handle, concurrency=self.settings.slots, seed=seed, cache_prompt=not self.settings.deterministic
+        )
 
 
 def kv_buffer_sizes(log: str) -> dict[str, float]:
@@ -204,9 +213,12 @@ def kv_buffer_sizes(log: str) -> dict[str, float]:
 class LlamaCppScorer:
     """Loglikelihood, generation, chat and tokenization against one llama-server."""
 
-    def __init__(self, handle: ServerHandle, *, concurrency: int, seed: int = 0) -> None:
+    def __init__(
+        self, handle: ServerHandle, *, concurrency: int, seed: int = 0, cache_prompt: bool = True
+    ) -> None:
         self.handle = handle
         self.concurrency = concurrency
+        self.cache_prompt = cache_prompt
         self.http = HttpClient(
             handle.base_url,
             api_key=handle.api_key,
@@ -216,6 +228,7 @@ class LlamaCppScorer:
             seed=seed,
         )
         self._tok_cache: dict[str, asyncio.Future[list[int]]] = {}
+        self._n_ctx: int | None = None
 
     async def aclose(self) -> None:
         await self.http.__aexit__()
@@ -255,7 +268,7 @@ class LlamaCppScorer:
             "temperature": 0.0,
             "logprobs": 1,
             "grammar": grammar,
-            "cache_prompt": True,
+            "cache_prompt": self.cache_prompt,
             "n_probs": 1,
         }
         data = await self.http.post("/v1/completions", payload)
@@ -293,13 +306,23 @@ class LlamaCppScorer:
     async def generate(
         self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
     ) -> dict[str, Any]:
+        # lm-eval's rule with max_length read from the server (never its 2048 default): the
+        # context keeps its last (max_length - max_tokens) tokens; the record says how many went
+        sent: str | list[int] = prompt
+        truncated = 0
+        n_ctx = await self.context_length()
+        if n_ctx:
+            tokens = await self.tokenize(prompt)
+            room = max(1, n_ctx - max_tokens)
+            if len(tokens) > room:
+                truncated, sent = len(tokens) - room, tokens[-room:]
         payload = {
-            "prompt": prompt,
+            "prompt": sent,
             "max_tokens": max_tokens,
             "stop": stop[:4],
             "temperature": temperature,
             "seed": seed,
-            "cache_prompt": True,
+            "cache_prompt": self.cache_prompt,
         }
         data = await self.http.post("/v1/completions", payload)
         text = str(data["choices"][0]["text"])
@@ -312,7 +335,16 @@ class LlamaCppScorer:
             "text": text,
             "prompt_tokens": usage.get("prompt_tokens", 0),
             "completion_tokens": usage.get("completion_tokens", 0),
+            "truncated_tokens": truncated,
         }
+
+    async def context_length(self) -> int:
+        """Tokens of context per slot (``/props``), read once; 0 when the server does not say."""
+        if self._n_ctx is None:
+            props = await self.server_props()
+            settings = props.get("default_generation_settings") or {}
+            self._n_ctx = int(settings.get("n_ctx") or props.get("n_ctx") or 0)
+        return self._n_ctx
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         return dict(await self.http.post("/v1/chat/completions", payload))

@@ -123,6 +123,7 @@ class LmEvalSuite:
     # -- running --------------------------------------------------------------------------
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
         task, doc, instances, args = item.payload
+        extra: dict[str, Any] = {}
         if instances[0].request_type == "loglikelihood":
             outs = await asyncio.gather(*(scorer.loglikelihood(a[0], a[1]) for a in args))
             resps = [(ll, greedy) for ll, greedy, _ in outs]
@@ -140,6 +141,8 @@ class LmEvalSuite:
             resps = [out["text"]]
             tokens = {"prompt": out.get("prompt_tokens", 0), "completion": out.get("completion_tokens", 0)}
             response = out["text"]
+            if out.get("truncated_tokens"):
+                extra["truncated_tokens"] = int(out["truncated_tokens"])
         else:
             raise ConfigError(
                 f"{self.name}: request type {instances[0].request_type} is not supported", fix=""
@@ -147,7 +150,7 @@ class LmEvalSuite:
         metrics, extracted = score(task, doc, instances, resps)
         if instances[0].request_type == "loglikelihood":
             extracted = _choice_predictions(task, doc, resps)
-        return ItemResult(response, extracted, metrics, tokens)
+        return ItemResult(response, extracted, metrics, tokens, extra=extra)
 
 
 @cache

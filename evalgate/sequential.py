@@ -1,0 +1,289 @@
+"""``compare --sequential``: both arms up at once, items in chunks, each suite stops as soon as it can.
+
+Items run in a seeded shuffled order (recorded as the manifest's ``item_ids``). After each chunk
+has run on both arms, the suite's discordant pairs, in that order, give an always-valid
+e-value (``stats.sequential_evalue``). The suite stops with BLOCK once E reaches K/alpha
+(Bonferroni over the K suites, so stopping one suite never depends on another), or as futile
+once ``stats.sequential_futile`` says 1/alpha is out of reach. The verdict is recomputed
+from the records by ``replay``, the same function the loop used, so a report re-render or a
+resumed run reaches exactly the decisions the live run did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from evalgate.errors import ConfigError, PreflightError
+from evalgate.manifest import utc_now, write_manifest
+from evalgate.records import Pair, RecordStore, pair_records
+from evalgate.stats import sequential_evalue, sequential_futile
+from evalgate.suites import Item
+from evalgate.suites._base import stable_seed
+
+__all__ = ["DEFAULT_CHUNK", "SequentialOutcome", "replay", "replay_stream", "run_sequential", "shuffled"]
+
+DEFAULT_CHUNK = 50
+ARMS = ("baseline", "candidate")
+
+
+@dataclass(frozen=True)
+class SequentialOutcome:
+    """Where one suite's sequential test stands after the looks its records allow."""
+
+    decision: str  # "block", "futile", "complete" (all items, no crossing) or "running"
+    used: int  # items consumed when the decision was made
+    planned: int
+    looks: int
+    evalue: float  # E at the decision
+    evalue_max: float  # the running maximum over looks: 1 / evalue_max is an always-valid p
+    regressions: int
+    improvements: int
+
+    @property
+    def pvalue(self) -> float:
+        """Anytime-valid p-value: P(sup E >= 1/p) <= p under H0 (Ville)."""
+        return min(1.0, 1.0 / self.evalue_max) if self.evalue_max > 0 else 1.0
+
+    @property
+    def saved(self) -> float:
+        return 1.0 - self.used / self.planned if self.planned else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "pvalue": self.pvalue, "saved": round(self.saved, 4)}
+
+
+def shuffled(items: Sequence[Item], *, seed: int, suite: str) -> list[Item]:
+    """The suite's items in the seeded order the sequential test consumes them."""
+    order = np.random.default_rng(stable_seed(seed, suite, "sequential")).permutation(len(items))
+    return [items[i] for i in order]
+
+
+def _binary(pair: Pair, metric: str) -> tuple[int, int]:
+    return (
+        int(pair.baseline.metrics.get(metric, 0.0) >= 0.5),
+        int(pair.candidate.metrics.get(metric, 0.0) >= 0.5),
+    )
+
+
+def replay(
+    order: Sequence[str],
+    pairs: Mapping[str, Pair],
+    *,
+    metric: str,
+    chunk: int,
+    alpha: float,
+    one_sided: bool = False,
+) -> SequentialOutcome:
+    """Walk ``order`` in chunks, looking after each chunk whose items all have pairs.
+
+    The walk stops at the first chunk with a missing pair ("running"): that is where a live
+    or resumed run continues. See ``replay_stream`` for the rule itself.
+    """
+    n = len(order)
+    ready = 0
+    while ready < n and order[ready] in pairs:
+        ready += 1
+    codes = [_code(*_binary(pairs[i], metric)) for i in order[:ready]]
+    return replay_stream(codes, n_total=n, chunk=chunk, alpha=alpha, one_sided=one_sided)
+
+
+def _code(baseline: int, candidate: int) -> int:
+    return 1 if baseline > candidate else 0 if candidate > baseline else -1
+
+
+def replay_stream(
+    codes: Sequence[int], *, n_total: int, chunk: int, alpha: float, one_sided: bool = False
+) -> SequentialOutcome:
+    """The sequential rule on per-item codes (1 regression, 0 improvement, -1 same) seen so far.
+
+    ``alpha`` is this suite's share of the family-wise rate. ``one_sided`` (the regression
+    policy) counts the e-value only while regressions outnumber improvements. A look happens
+    after every full chunk (and after the last, shorter one); codes past the last complete
+    chunk wait for the rest of it.
+    """
+    if chunk < 1:
+        raise ConfigError(f"--chunk must be at least 1, got {chunk}", fix="the default is 50")
+    r = s = looks = 0
+    e = e_max = 1.0
+    threshold = 1.0 / alpha
+    for start in range(0, n_total, chunk):
+        end = min(start + chunk, n_total)
+        if end > len(codes):
+            return SequentialOutcome("running", start, n_total, looks, e, e_max, r, s)
+        for code in codes[start:end]:
+            r += code == 1
+            s += code == 0
+        looks += 1
+        e = sequential_evalue(r, s)
+        if not one_sided or r > s:
+            e_max = max(e_max, e)
+        if e_max >= threshold:
+            return SequentialOutcome("block", end, n_total, looks, e, e_max, r, s)
+        if end < n_total and sequential_futile(r, s, items_seen=end, items_total=n_total, alpha=alpha):
+            return SequentialOutcome("futile", end, n_total, looks, e, e_max, r, s)
+    return SequentialOutcome("complete", n_total, n_total, looks, e, e_max, r, s)
+
+
+def outcomes(run: Any) -> dict[str, SequentialOutcome]:
+    """Each suite's outcome, from a RunData's manifest and records alone."""
+    seq = run.manifest.get("sequential") or {}
+    k = max(1, len(run.manifest["suites"]))
+    out = {}
+    for suite, meta in run.manifest["suites"].items():
+        by_id = {p.item_id: p for p in run.pairs[suite] if p.repeat == 0}
+        out[suite] = replay(
+            meta["item_ids"],
+            by_id,
+            metric=meta["metrics"][0],
+            chunk=int(seq["chunk"]),
+            alpha=run.manifest["alpha"] / k,
+        )
+    return out
+
+
+def run_sequential(plan: Any, console: Console) -> None:
+    """Launch both arms together and run chunks until every suite has decided."""
+    if plan.request.aa or plan.request.with_throughput:
+        raise ConfigError(
+            "--sequential cannot be combined with --aa or --with-throughput",
+            fix="run the A/A calibration or the throughput sweep as a separate, full run",
+        )
+    store = RecordStore(plan.run_dir)
+    with contextlib.ExitStack() as stack:
+        handles = {}
+        for arm in ARMS:
+            handle = stack.enter_context(
+                plan.engine.launch(plan.specs[arm], name=arm, log_dir=plan.run_dir / "logs")
+            )
+            handles[arm] = handle
+            info = plan.manifest["arms"].setdefault(arm, {})
+            info.update(
+                {
+                    "command": handle.command,
+                    "started_utc": utc_now(),
+                    "server": handle.info,
+                    "pid": handle.process.pid if handle.process else None,
+                }
+            )
+        write_manifest(plan.run_dir, plan.manifest)
+        asyncio.run(_loop(plan, handles, store, console))
+    plan.manifest["finished_utc"] = utc_now()
+    write_manifest(plan.run_dir, plan.manifest)
+
+
+async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console: Console) -> None:
+    from evalgate.engines.external import preflight_all
+
+    scorers = {arm: plan.engine.scorer(h, seed=plan.request.seed) for arm, h in handles.items()}
+    seq = plan.manifest["sequential"]
+    alpha = plan.request.alpha / max(1, len(plan.suites))
+    concurrent = bool(getattr(plan.engine, "concurrent_arms", False))
+    try:
+        prints = {}
+        for arm, scorer in scorers.items():
+            report = await preflight_all(scorer, server=arm)
+            plan.manifest["arms"][arm].update(
+                {"tokenizer_fingerprint": report.tokenizer_fingerprint, "preflight": report.checks}
+            )
+            prints[arm] = report.tokenizer_fingerprint
+        if len(set(prints.values())) > 1:
+            raise PreflightError(
+                f"the arms tokenize differently ({prints}), so their prompts are not the same",
+                fix="a quantized checkpoint must keep the baseline's tokenizer; check the model files",
+            )
+        write_manifest(plan.run_dir, plan.manifest)
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[state]}"),
+            console=console,
+        ) as progress:
+            for suite in plan.suites:
+                items = plan.items[suite.name]
+                by_id = {it.item_id: it for it in items}
+                bar = progress.add_task(f"sequential {suite.name}", total=len(items), state="")
+                while True:
+                    pairs = _pairs(store, suite.name, errors_as_wrong=plan.request.errors_as_wrong)
+                    state = replay(
+                        [it.item_id for it in items],
+                        pairs,
+                        metric=suite.metrics[0],
+                        chunk=seq["chunk"],
+                        alpha=alpha,
+                    )
+                    progress.update(
+                        bar, completed=state.used, state=f"E = {state.evalue:.3g} ({state.decision})"
+                    )
+                    if state.decision != "running":
+                        seq["suites"][suite.name] = state.to_dict()
+                        write_manifest(plan.run_dir, plan.manifest)
+                        break
+                    block = [
+                        by_id[i] for i in [it.item_id for it in items][state.used : state.used + seq["chunk"]]
+                    ]
+                    runs = [_chunk(plan, suite, block, scorers[arm], store, arm, progress) for arm in ARMS]
+                    if concurrent:  # one GPU set per arm: both arms at once
+                        await asyncio.gather(*runs)
+                    else:  # one device (or two CPU cores): one busy server at a time
+                        for run in runs:
+                            await run
+    finally:
+        for scorer in scorers.values():
+            await scorer.aclose()
+
+
+def _pairs(store: RecordStore, suite: str, *, errors_as_wrong: bool) -> dict[str, Pair]:
+    """Paired records so far; with --errors-as-wrong a failed item scores 0, as in the verdict."""
+    recs = {arm: list(store.load(suite, arm).values()) for arm in ARMS}
+    if errors_as_wrong:
+        recs = {
+            arm: [replace(r, metrics={}, error=None) if r.error else r for r in rs]
+            for arm, rs in recs.items()
+        }
+    return {
+        p.item_id: p for p in pair_records(recs["baseline"], recs["candidate"], suite=suite) if p.repeat == 0
+    }
+
+
+async def _chunk(
+    plan: Any, suite: Any, block: list[Item], scorer: Any, store: RecordStore, arm: str, progress: Progress
+) -> None:
+    from evalgate.runner import _run_suite
+
+    done = store.load(suite.name, arm)
+    todo = [it for it in block if (r := done.get((suite.name, it.item_id, 0))) is None or r.error is not None]
+    if not todo:
+        return
+    variant = plan.manifest["variants"][arm]["name"]
+    hidden = progress.add_task("", total=len(todo), visible=False)
+    await _run_suite(plan, suite, todo, scorer, store, arm, variant, progress, hidden)
+    errors = [
+        r
+        for r in store.load(suite.name, arm).values()
+        if r.error and r.item_id in {it.item_id for it in todo}
+    ]
+    if errors and not plan.request.errors_as_wrong:
+        from evalgate.client import RequestFailed
+
+        raise RequestFailed(
+            f"{len(errors)} {suite.name} item(s) failed on the {arm} after retries; first: {errors[0].error}",
+            fix="fix the server and continue with --resume RUN_DIR (or pass --errors-as-wrong)",
+        )
+
+
+def summary_note(outs: Mapping[str, SequentialOutcome]) -> str:
+    """One line for the verdict notes: what each suite used and why it stopped."""
+    used = sum(o.used for o in outs.values())
+    planned = sum(o.planned for o in outs.values()) or 1
+    parts = [f"{s} {o.used}/{o.planned} ({o.decision}, E = {o.evalue_max:.3g})" for s, o in outs.items()]
+    return f"sequential: {', '.join(parts)}; used {used / planned:.0%} of the items, saved {1 - used / planned:.0%}"

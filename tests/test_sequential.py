@@ -1,0 +1,110 @@
+"""--sequential: the chunked replay, the futility rule, and the gate's always-valid p-value."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from evalgate.gate import GatePolicy, decide
+from evalgate.records import Pair
+from evalgate.sequential import replay, shuffled
+from evalgate.stats import sequential_evalue, sequential_futile
+from evalgate.suites import Item
+from tests.test_gate import _rec
+
+
+def _stream(codes: list[int]) -> tuple[list[str], dict[str, Pair]]:
+    """codes: 1 regression (1 -> 0), 0 improvement (0 -> 1), -1 both right."""
+    order, pairs = [], {}
+    for i, code in enumerate(codes):
+        b, c = {1: (1, 0), 0: (0, 1), -1: (1, 1)}[code]
+        order.append(f"q{i}")
+        pairs[f"q{i}"] = Pair(f"q{i}", 0, _rec("baseline", i, b), _rec("candidate", i, c))
+    return order, pairs
+
+
+def test_replay_blocks_at_the_first_look_past_the_threshold() -> None:
+    # 8 regressions in a row give E = 2^8 / 9 = 28.4 >= 20, but the look comes at a chunk's end
+    order, pairs = _stream([1] * 8 + [-1] * 92)
+    out = replay(order, pairs, metric="acc", chunk=10, alpha=0.05)
+    assert (out.decision, out.used, out.looks, out.regressions, out.improvements) == ("block", 10, 1, 8, 0)
+    assert out.evalue == pytest.approx(256 / 9)
+    assert out.pvalue == pytest.approx(9 / 256)
+    assert out.saved == pytest.approx(0.9)
+
+
+def test_replay_stops_as_futile_when_nothing_flips() -> None:
+    order, pairs = _stream([-1] * 100)
+    out = replay(order, pairs, metric="acc", chunk=10, alpha=0.05)
+    # exact bound: E(0 + 80, 0) is huge, so not exact-futile at 20 items; the projection is
+    assert out.decision == "futile" and out.used == 20 and out.pvalue == 1.0
+
+
+def test_replay_stops_where_a_pair_is_missing() -> None:
+    order, pairs = _stream([1, -1] * 15)
+    del pairs["q14"]
+    out = replay(order, pairs, metric="acc", chunk=5, alpha=0.05)
+    assert (out.decision, out.used, out.looks) == ("running", 10, 2)
+
+
+def test_replay_completes_and_keeps_the_running_maximum() -> None:
+    codes = [1] * 6 + [0] * 6 + [-1] * 8
+    order, pairs = _stream(codes)
+    out = replay(order, pairs, metric="acc", chunk=6, alpha=0.001)
+    assert out.decision in ("complete", "futile")
+    assert out.evalue_max == pytest.approx(sequential_evalue(6, 0))  # the peak after the first look
+    assert out.evalue_max > out.evalue
+
+
+def test_one_sided_replay_ignores_improvements() -> None:
+    order, pairs = _stream([0] * 10 + [-1] * 90)
+    assert replay(order, pairs, metric="acc", chunk=10, alpha=0.05).decision == "block"
+    one = replay(order, pairs, metric="acc", chunk=10, alpha=0.05, one_sided=True)
+    assert one.decision != "block" and one.pvalue == 1.0
+
+
+def test_futility_exact_and_projected() -> None:
+    # exact: 3 items left cannot lift E(0, 0) = 1 to 20 (max 2^3 / 4 = 2)
+    assert sequential_futile(0, 0, items_seen=7, items_total=10, min_fraction=0.9)
+    # before min_fraction only the exact bound counts
+    assert not sequential_futile(0, 0, items_seen=10, items_total=1000)
+    # a strong trend continues; a balanced stream does not
+    assert not sequential_futile(30, 5, items_seen=200, items_total=1000)
+    assert sequential_futile(5, 5, items_seen=200, items_total=1000)
+    with pytest.raises(ValueError):
+        sequential_futile(5, 6, items_seen=10, items_total=5)
+
+
+def test_gate_uses_the_always_valid_pvalue() -> None:
+    order, pairs = _stream([1] * 8 + [-1] * 92)
+    out = replay(order, pairs, metric="acc", chunk=10, alpha=0.05)
+    used = [pairs[i] for i in order[: out.used]]
+    v = decide({"s": (["acc"], used)}, policy=GatePolicy(agreement_gate=False), sequential={"s": out})
+    row = v.suites[0]
+    assert row.p_value == pytest.approx(9 / 256) and row.sequential["decision"] == "block"
+    assert v.verdict == "BLOCK" and "sequential: block after 10/100" in row.reason
+
+
+def test_shuffled_order_is_seeded_and_complete() -> None:
+    items = [Item(f"i{k}", "h", None, None) for k in range(30)]
+    a = [it.item_id for it in shuffled(items, seed=7, suite="arc_easy")]
+    assert a == [it.item_id for it in shuffled(items, seed=7, suite="arc_easy")]
+    assert sorted(a) == sorted(it.item_id for it in items) and a != [it.item_id for it in items]
+    assert a != [it.item_id for it in shuffled(items, seed=7, suite="mmlu")]
+
+
+def test_chunked_sequential_false_block_rate_under_h0() -> None:
+    """H0 with a 10 % flip rate, n = 300, looks every 25: blocks at most alpha of the time."""
+    rng = np.random.default_rng(11)
+    reps, n, alpha = 400, 300, 0.05
+    blocks = 0
+    for _ in range(reps):
+        u = rng.random(n)
+        codes = np.where(u < 0.05, 1, np.where(u < 0.10, 0, -1)).tolist()
+        order, pairs = _stream(codes)
+        blocks += replay(order, pairs, metric="acc", chunk=25, alpha=alpha).decision == "block"
+    rate = blocks / reps
+    # Ville bounds the rate by alpha; 3 binomial standard errors of slack for the simulation
+    assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
