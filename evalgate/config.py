@@ -45,6 +45,36 @@ class LlamaCppConfig(BaseModel):
     )
 
 
+class SGLangConfig(BaseModel):
+    """``[sglang]``: see ``evalgate.engines.sglang.SGLangSettings`` for what each field does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_path: str | None = Field(None, description="BF16 checkpoint folder or Hub id.")
+    tp_size: int = Field(1, ge=1)
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    dtype: str = "bfloat16"
+    random_seed: int = 1234
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    context_length: int | None = Field(None, ge=1)
+    chat_template: str | None = None
+    kv_scales_path: str | None = None
+    gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for every arm.")
+    arm_gpus: dict[str, str] = Field(
+        default_factory=dict, description="Per-arm devices, e.g. {candidate = '1'}."
+    )
+    ready_timeout_s: float = Field(900.0, gt=0)
+    python: str = "python"
+    launch_command: list[str] = Field(default_factory=list)
+    concurrency: int = Field(16, ge=1)
+
+    def settings(self) -> dict[str, Any]:
+        out = self.model_dump()
+        out["arm_gpus"] = tuple(sorted(self.arm_gpus.items()))
+        out["launch_command"] = tuple(self.launch_command)
+        return out
+
+
 class VariantConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     base: str = Field("bf16", description="Built-in variant this one starts from.")
@@ -57,8 +87,9 @@ class VariantConfig(BaseModel):
 
 class EvalgateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    engine: str | None = Field(None, description="Engine: llamacpp (default on CPU).")
+    engine: str | None = Field(None, description="Engine: llamacpp (default on CPU), sglang or vllm.")
     llamacpp: LlamaCppConfig = Field(default_factory=LlamaCppConfig)
+    sglang: SGLangConfig = Field(default_factory=SGLangConfig)
     variants: dict[str, VariantConfig] = Field(default_factory=dict)
 
     def custom_variants(self) -> dict[str, Variant]:

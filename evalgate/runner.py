@@ -198,7 +198,7 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Any:
         from evalgate.engines.external import ExternalEngine
 
         urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
-        return ExternalEngine(urls, protocol=req.protocol)
+        return ExternalEngine(urls, protocol=req.protocol, deterministic=req.deterministic)
     return get_engine(req.engine or cfg.engine, cfg)
 
 
@@ -390,6 +390,9 @@ async def _run_arm(
                 items = todo[suite.name]
                 if not items:
                     continue
+                flush = getattr(scorer, "flush_cache", None)
+                if flush is not None:  # SGLang: no suite starts with another's radix cache
+                    await flush()
                 bar = progress.add_task(f"{arm:9} {variant:10} {suite.name}", total=len(items))
                 t0 = time.perf_counter()
                 await _run_suite(plan, suite, items, scorer, store, arm, variant, progress, bar)

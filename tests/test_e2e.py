@@ -220,3 +220,32 @@ def test_resume_refuses_changed_flags(
     assert main(["compare", "--resume", str(run), "--limit", "5"]) == 2
     assert "--limit 5 (the run used 3)" in capsys.readouterr().err
     assert main(["compare", "--resume", str(run)]) == 0  # nothing left to run: no server is started
+
+
+def test_attached_servers_give_the_launched_verdict(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two llama-servers started outside `compare`, passed by URL, give launched mode's verdict.json."""
+    from evalgate.config import EvalgateConfig
+    from evalgate.engines.llamacpp import LlamaCppEngine, LlamaCppSettings
+
+    flags = ["--baseline", "bf16", "--candidate", "fp8kv", "--suites", "arc_easy", "--limit", "20",
+             "--data-dir", str(data_dir), "--deterministic"]  # fmt: skip
+    launched = tmp_path / "launched"
+    assert main(["compare", *flags, "--out", str(launched)]) in (0, 1)
+
+    cfg = EvalgateConfig()
+    engine = LlamaCppEngine(LlamaCppSettings(**{**cfg.llamacpp.model_dump(), "deterministic": True}))
+    base = engine.launch(engine.launch_spec(cfg.variant("bf16")), name="ext-base", log_dir=tmp_path)
+    cand = engine.launch(engine.launch_spec(cfg.variant("fp8kv")), name="ext-cand", log_dir=tmp_path)
+    with base as b, cand as c:
+        monkeypatch.setenv("EVALGATE_BASELINE_API_KEY", b.api_key)
+        monkeypatch.setenv("EVALGATE_CANDIDATE_API_KEY", c.api_key)
+        attached = tmp_path / "attached"
+        code = main(["compare", *flags, "--out", str(attached),
+                     "--baseline-url", b.base_url, "--candidate-url", c.base_url])  # fmt: skip
+        assert code in (0, 1)
+    m = json.loads((attached / "manifest.json").read_text())
+    assert m["engine"] == "external" and m["arms"]["baseline"]["server"]["protocol"] == "llamacpp"
+    assert b.api_key not in (attached / "manifest.json").read_text()
+    assert (attached / "verdict.json").read_bytes() == (launched / "verdict.json").read_bytes()

@@ -9,7 +9,7 @@ from evalgate.errors import ConfigError
 
 __all__ = ["ENGINES", "get_engine"]
 
-ENGINES = ("llamacpp",)
+ENGINES = ("llamacpp", "sglang", "vllm")
 
 
 def get_engine(name: str | None, cfg: Any) -> Any:
@@ -19,6 +19,10 @@ def get_engine(name: str | None, cfg: Any) -> Any:
         from evalgate.engines.llamacpp import LlamaCppEngine, LlamaCppSettings
 
         return LlamaCppEngine(LlamaCppSettings(**cfg.llamacpp.model_dump()))
+    if name == "sglang":
+        from evalgate.engines.sglang import SGLangEngine, SGLangSettings
+
+        return SGLangEngine(SGLangSettings(**cfg.sglang.settings()))
     near = difflib.get_close_matches(name, ENGINES, n=1)
     hint = f"did you mean {near[0]}? " if near else ""
     raise ConfigError(f"unknown engine {name!r}", fix=f"{hint}known engines: {', '.join(ENGINES)}")

@@ -421,6 +421,7 @@ class ExternalEngine:
         protocol: str = "auto",
         concurrency: int | None = None,
         timeout_s: float = 10.0,
+        deterministic: bool = False,
     ) -> None:
         if protocol not in ("auto", *PROTOCOLS):
             raise ConfigError(
@@ -434,6 +435,8 @@ class ExternalEngine:
         self.concurrency = concurrency
         """Requests in flight per URL; None: llama-server's slots, or 32 for SGLang and vLLM."""
         self.timeout_s = timeout_s
+        self.deterministic = deterministic
+        """One request at a time per URL and, on llama-server, no prompt cache (see --deterministic)."""
         self._info: dict[str, dict[str, Any]] = {}
 
     def urls_for(self, arm: str) -> list[str]:
@@ -501,10 +504,15 @@ class ExternalEngine:
             fp = servers[url]
             shard = AttachedHandle(**{**vars(handle), "name": f"{handle.name} ({url})", "base_url": url})
             shard.info, shard.urls, shard.protocol = fp, [url], fp["protocol"]
-            scorers.append(_scorer_class(fp["protocol"])(shard, concurrency=self._concurrency(fp), seed=seed))
+            extra = {"cache_prompt": False} if self.deterministic and fp["protocol"] == "llamacpp" else {}
+            scorers.append(
+                _scorer_class(fp["protocol"])(shard, concurrency=self._concurrency(fp), seed=seed, **extra)
+            )
         return ShardedScorer(scorers, urls)
 
     def _concurrency(self, fp: Mapping[str, Any]) -> int:
+        if self.deterministic:
+            return 1
         if self.concurrency:
             return self.concurrency
         if fp["protocol"] == "llamacpp":

@@ -1,0 +1,220 @@
+"""Scoring against one SGLang server through its native API.
+
+Loglikelihood uses ``/generate`` with ``input_ids``, ``max_new_tokens: 0``, ``return_logprob``
+and ``logprob_start_len``. SGLang returns ``meta_info.input_token_logprobs`` as
+``[logprob, token_id, text]`` for every prompt position from ``logprob_start_len`` on, and the
+first of those is always ``None`` (the logits that would score it are not computed). So the
+request starts one token before the continuation and drops that first entry (SGLang 0.5.23,
+``SchedulerLogprobResultProcessor._process_input_token_logprobs``). ``top_logprobs_num: 1``
+gives ``input_top_logprobs``, which tells whether each continuation token was greedy.
+
+The chat template is observed with ``/tokenize`` given ``messages`` (SGLang renders them as a
+chat completion would, then encodes), and ``/detokenize`` with ``skip_special_tokens: false``
+turns the ids back into the rendered text. ``messages`` in ``/tokenize`` exists from SGLang 0.5.15
+on (0.5.9 has ``/tokenize`` for text only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+from evalgate.client import HttpClient, RequestFailed
+from evalgate.engines._sglang_diagnose import parse_server_info
+from evalgate.engines.base import ServerHandle
+from evalgate.errors import PreflightError
+
+__all__ = ["SGLangScorer"]
+
+
+class SGLangScorer:
+    """Loglikelihood, generation, chat, tokenization and cache control against one SGLang server."""
+
+    def __init__(self, handle: ServerHandle, *, concurrency: int, seed: int = 0) -> None:
+        self.handle = handle
+        self.concurrency = concurrency
+        self.http = HttpClient(
+            handle.base_url,
+            api_key=handle.api_key,
+            concurrency=concurrency,
+            alive=handle.alive,
+            on_dead=handle.died,
+            seed=seed,
+        )
+        self._tok_cache: dict[str, asyncio.Future[list[int]]] = {}
+
+    async def aclose(self) -> None:
+        await self.http.__aexit__()
+
+    # -- tokenizer ---------------------------------------------------------------------------
+    async def tokenize(self, text: str) -> list[int]:
+        """Token ids without special tokens; the request in flight is shared by every caller."""
+        fut = self._tok_cache.get(text)
+        if fut is None:
+            fut = self._tok_cache[text] = asyncio.ensure_future(self._tokenize(text))
+        try:
+            return await asyncio.shield(fut)
+        except Exception:
+            if fut.done() and not fut.cancelled() and fut.exception() is not None:
+                self._tok_cache.pop(text, None)
+            raise
+
+    async def _tokenize(self, text: str) -> list[int]:
+        data = await self.http.post("/tokenize", {"prompt": text, "add_special_tokens": False})
+        return [int(t) for t in data["tokens"]]
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        data = await self.http.post("/detokenize", {"tokens": tokens})
+        return str(data["text"])
+
+    async def split_tokens(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's split: trailing context whitespace moves to the continuation, then the
+        continuation is what follows the context's tokens in the tokenized whole."""
+        n_space = len(context) - len(context.rstrip())
+        if n_space:
+            continuation = context[-n_space:] + continuation
+            context = context[:-n_space]
+        whole, ctx = await asyncio.gather(self.tokenize(context + continuation), self.tokenize(context))
+        return ctx, whole[len(ctx) :]
+
+    # -- loglikelihood -----------------------------------------------------------------------
+    async def loglikelihood(self, context: str, continuation: str) -> tuple[float, bool, int]:
+        """(sum logprob of continuation given context, all greedy, n continuation tokens)."""
+        return (await self.loglikelihood_many(context, [continuation]))[0]
+
+    async def loglikelihood_many(
+        self, context: str, continuations: Sequence[str]
+    ) -> list[tuple[float, bool, int]]:
+        """Every continuation of one context in ONE ``/generate`` request (a question's choices).
+
+        SGLang's radix cache then computes the shared context once for the whole batch."""
+        splits = await asyncio.gather(*(self.split_tokens(context, c) for c in continuations))
+        todo = [i for i, (_, cont) in enumerate(splits) if cont]
+        results: list[tuple[float, bool, int]] = [(0.0, True, 0)] * len(splits)
+        if not todo:
+            return results
+        for i in todo:
+            if not splits[i][0]:
+                raise PreflightError(
+                    "cannot score a continuation with an empty context on SGLang",
+                    fix="the first prompt token has no logprob; give the suite a non-empty context",
+                )
+        payload = loglikelihood_payload([splits[i] for i in todo])
+        data = await self.http.post("/generate", payload)
+        outs = data if isinstance(data, list) else [data]
+        if len(outs) != len(todo):
+            raise PreflightError(
+                f"SGLang answered {len(outs)} results for a batch of {len(todo)}",
+                fix="this SGLang does not batch /generate input_ids lists; upgrade SGLang",
+            )
+        for i, out in zip(todo, outs, strict=True):
+            results[i] = read_continuation_logprobs(out, splits[i][1])
+        return results
+
+    # -- generation and chat -----------------------------------------------------------------
+    async def generate(
+        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+    ) -> dict[str, Any]:
+        payload = {
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "stop": list(stop),
+            "temperature": temperature,
+            "seed": seed,
+        }
+        data = await self.http.post("/v1/completions", payload)
+        text = str(data["choices"][0]["text"])
+        for s in stop:  # SGLang trims its stop strings already; this keeps both engines identical
+            if s and s in text:
+                text = text[: text.index(s)]
+        usage = data.get("usage") or {}
+        return {
+            "text": text,
+            "prompt_tokens": usage.get("prompt_tokens", 0),
+            "completion_tokens": usage.get("completion_tokens", 0),
+        }
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.http.post("/v1/chat/completions", payload))
+
+    async def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        """The prompt SGLang builds for these messages, exactly as a chat completion would."""
+        try:
+            data = await self.http.post("/tokenize", {"messages": messages})
+        except RequestFailed as exc:
+            raise PreflightError(
+                f"SGLang would not render a chat prompt through /tokenize ({exc})",
+                fix="upgrade SGLang to 0.5.15 or newer (its /tokenize accepts messages)",
+            ) from exc
+        ids = [int(t) for t in data["tokens"]]
+        text = await self.http.post("/detokenize", {"tokens": ids, "skip_special_tokens": False})
+        return str(text["text"])
+
+    # -- server ------------------------------------------------------------------------------
+    async def flush_cache(self) -> bool:
+        """Empty SGLang's radix (prefix) cache, so one suite's prompts do not warm the next's.
+
+        SGLang answers plain text, and refuses (400) while requests are running: False then."""
+        url = self.handle.base_url.rstrip("/") + "/flush_cache"
+        headers = {"Authorization": f"Bearer {self.handle.api_key}"}
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
+            session.post(url, headers=headers) as resp,
+        ):
+            body = await resp.text(errors="replace")
+        if resp.status == 200:
+            return True
+        if resp.status == 400:
+            return False
+        raise RequestFailed(
+            f"POST /flush_cache answered HTTP {resp.status}: {body[:200]}",
+            fix="check the API key and that this is an SGLang server",
+        )
+
+    async def server_info(self) -> dict[str, Any]:
+        """``/server_info`` (``/get_server_info`` before SGLang 0.5.15), secrets masked."""
+        try:
+            raw = await self.http.get("/server_info")
+        except RequestFailed:
+            raw = await self.http.get("/get_server_info")
+        return parse_server_info(raw, [self.handle.api_key])
+
+
+def loglikelihood_payload(splits: Sequence[tuple[list[int], list[int]]]) -> dict[str, Any]:
+    """The ``/generate`` body scoring each (context ids, continuation ids) pair; pure for tests."""
+    return {
+        "input_ids": [ctx + cont for ctx, cont in splits],
+        "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+        "return_logprob": True,
+        # start one token early: SGLang's first input logprob is always None
+        "logprob_start_len": [len(ctx) - 1 for ctx, _ in splits],
+        "top_logprobs_num": 1,
+    }
+
+
+def read_continuation_logprobs(out: dict[str, Any], cont: list[int]) -> tuple[float, bool, int]:
+    """Sum and greedy flag of ``cont`` from one ``/generate`` result (see the module docstring)."""
+    meta = out.get("meta_info") or {}
+    entries = list(meta.get("input_token_logprobs") or [])[1:]
+    tops = list(meta.get("input_top_logprobs") or [])[1:]
+    if len(entries) != len(cont):
+        raise PreflightError(
+            f"SGLang returned {len(entries)} prompt logprobs for {len(cont)} continuation tokens",
+            fix="this SGLang ignores logprob_start_len; upgrade SGLang",
+        )
+    total, greedy = 0.0, True
+    for k, (want, entry) in enumerate(zip(cont, entries, strict=True)):
+        logprob, token_id = entry[0], int(entry[1])
+        if token_id != want or logprob is None:
+            raise PreflightError(
+                f"SGLang scored token {token_id} (logprob {logprob}) where {want} was sent",
+                fix="the prompt logprobs do not line up with the input ids; upgrade SGLang",
+            )
+        total += float(logprob)
+        top = tops[k] if k < len(tops) else None
+        if top and int(top[0][1]) != want:
+            greedy = False
+    return total, greedy, len(cont)
