@@ -75,6 +75,36 @@ class SGLangConfig(BaseModel):
         return out
 
 
+class VLLMConfig(BaseModel):
+    """``[vllm]``: see ``evalgate.engines.vllm.VLLMSettings`` for what each field does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str | None = Field(None, description="BF16 checkpoint folder or Hub id.")
+    dtype: str = "bfloat16"
+    tensor_parallel_size: int = Field(1, ge=1)
+    seed: int = 1234
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=1)
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    chat_template: str | None = None
+    generation_config: str = "vllm"
+    gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for every arm.")
+    arm_gpus: dict[str, str] = Field(
+        default_factory=dict, description="Per-arm devices, e.g. {candidate = '1'}."
+    )
+    ready_timeout_s: float = Field(900.0, gt=0)
+    python: str = "python"
+    launch_command: list[str] = Field(default_factory=list)
+    concurrency: int = Field(16, ge=1)
+
+    def settings(self) -> dict[str, Any]:
+        out = self.model_dump()
+        out["arm_gpus"] = tuple(sorted(self.arm_gpus.items()))
+        out["launch_command"] = tuple(self.launch_command)
+        return out
+
+
 class VariantConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     base: str = Field("bf16", description="Built-in variant this one starts from.")
@@ -90,6 +120,7 @@ class EvalgateConfig(BaseModel):
     engine: str | None = Field(None, description="Engine: llamacpp (default on CPU), sglang or vllm.")
     llamacpp: LlamaCppConfig = Field(default_factory=LlamaCppConfig)
     sglang: SGLangConfig = Field(default_factory=SGLangConfig)
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     variants: dict[str, VariantConfig] = Field(default_factory=dict)
 
     def custom_variants(self) -> dict[str, Variant]:

@@ -23,6 +23,10 @@ def get_engine(name: str | None, cfg: Any) -> Any:
         from evalgate.engines.sglang import SGLangEngine, SGLangSettings
 
         return SGLangEngine(SGLangSettings(**cfg.sglang.settings()))
+    if name == "vllm":
+        from evalgate.engines.vllm import VLLMEngine, VLLMSettings
+
+        return VLLMEngine(VLLMSettings(**cfg.vllm.settings()))
     near = difflib.get_close_matches(name, ENGINES, n=1)
     hint = f"did you mean {near[0]}? " if near else ""
     raise ConfigError(f"unknown engine {name!r}", fix=f"{hint}known engines: {', '.join(ENGINES)}")

@@ -10,7 +10,6 @@ else comes from ``SGLangSettings`` and is therefore equal on both arms.
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from evalgate.engines._checkpoint import checkpoint_quantization
 from evalgate.engines._sglang_diagnose import diagnose, parse_server_info
 from evalgate.engines._sglang_scorer import SGLangScorer
 from evalgate.engines.base import ServerHandle, free_port, new_api_key, port_in_use, run_process
@@ -82,19 +82,6 @@ class SGLangSettings:
     """Replaces ``python -m sglang.launch_server`` (e.g. a container wrapper, or a test server)."""
     concurrency: int = 16
     """Requests in flight per arm; SGLang batches them on the GPU."""
-
-
-def checkpoint_quantization(model: str) -> dict[str, Any] | None:
-    """``quantization_config`` of a local checkpoint's config.json; None for none or not local."""
-    config = Path(model) / "config.json"
-    if not config.is_file():
-        return None
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read {config}: {exc}", fix="check the checkpoint folder") from exc
-    quant = data.get("quantization_config")
-    return dict(quant) if isinstance(quant, dict) else None
 
 
 def _weight_bits(quant: dict[str, Any]) -> set[int]:

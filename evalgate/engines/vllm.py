@@ -1,0 +1,340 @@
+"""vLLM (``vllm serve``): a GPU engine (DESIGN.md, variant table).
+
+Variants become flags: ``bf16`` is ``--dtype bfloat16``, ``fp8kv`` adds ``--kv-cache-dtype fp8_e4m3``
+(KV scales from the checkpoint, else 1.0), ``fp8`` adds ``--quantization fp8`` unless the checkpoint
+is already quantized (vLLM refuses a --quantization that disagrees with config.json), and ``int4``
+needs an INT4 checkpoint whose method vLLM reads from its config.json. Everything else comes from
+``VLLMSettings`` and is therefore equal on both arms; ``--generation-config vllm`` keeps each
+checkpoint's generation_config.json (e.g. a repetition penalty) out of the sampling defaults.
+
+Readiness is ``/health``, then ``/v1/models`` with the key (it names the served model); the
+server's ``/version`` and the KV pool from its log ("GPU KV cache size: N tokens", "Maximum
+concurrency for L tokens per request: Xx", evalgate.capacity) go into the arm's info.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from evalgate.capacity import vllm_capacity
+from evalgate.engines._checkpoint import checkpoint_quantization
+from evalgate.engines._vllm_diagnose import TESTED_VERSION, diagnose
+from evalgate.engines._vllm_scorer import VLLMScorer
+from evalgate.engines.base import ServerHandle, free_port, new_api_key, port_in_use, run_process
+from evalgate.errors import ConfigError, ServerStartError
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = [
+    "QUANT_KEYS",
+    "TESTED_VERSION",
+    "VLLMEngine",
+    "VLLMScorer",
+    "VLLMSettings",
+    "checkpoint_quantization",
+    "diagnose",
+]
+
+# What may differ between the arms: the weights checkpoint, quantization, and the kernels that
+# run it. VLLM_ATTENTION_BACKEND is the attention-kernel choice of vLLM before --attention-backend
+# (it is gone in 0.33): a kernel setting, like the flag. CUDA_VISIBLE_DEVICES is placement, not
+# computation: evalgate sets it at launch (VLLMSettings.gpus), outside the LaunchSpec, and a user
+# may set it in a variant's env too. The devices each arm used are recorded in its info.
+QUANT_KEYS = frozenset(
+    {
+        "model",
+        "--quantization",
+        "-q",
+        "--quantization-config",
+        "--kv-cache-dtype",
+        "--kv-cache-dtype-skip-layers",
+        "--calculate-kv-scales",
+        "--attention-backend",
+        "--moe-backend",
+        "--linear-backend",
+        "--kernel-config",
+        "env:VLLM_ATTENTION_BACKEND",
+        "env:CUDA_VISIBLE_DEVICES",
+    }
+)
+KV_DTYPES = {"bf16": None, "fp8": "fp8_e4m3"}  # bf16: vLLM's default (auto = the model dtype)
+INT4_METHODS = ("compressed-tensors", "awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round")
+_SETTINGS = "evalgate.toml [vllm]"
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """Launch settings shared by both arms (anything here differing between arms is refused)."""
+
+    model: str | None = None
+    """The BF16 checkpoint (a local folder or a Hub id); variants with their own model override it."""
+    dtype: str = "bfloat16"
+    tensor_parallel_size: int = 1
+    seed: int = 1234
+    gpu_memory_utilization: float | None = None
+    """Fraction of GPU memory for weights, activations and KV cache; None keeps vLLM's 0.9."""
+    max_model_len: int | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    chat_template: str | None = None
+    generation_config: str = "vllm"
+    """'vllm': vLLM's own sampling defaults on both arms; 'auto' reads each checkpoint's file."""
+    gpus: str | None = None
+    """CUDA_VISIBLE_DEVICES for every arm (arms run one after another), e.g. "0" or "0,1"."""
+    arm_gpus: tuple[tuple[str, str], ...] = ()
+    """Per-arm override of ``gpus``: (arm name, devices) pairs, e.g. (("candidate", "1"),)."""
+    ready_timeout_s: float = 900.0
+    python: str = "python"
+    """Interpreter that has vLLM installed (asked for its version); may be another environment."""
+    launch_command: tuple[str, ...] = ()
+    """Replaces ``vllm serve`` (e.g. a container wrapper, or a test server)."""
+    concurrency: int = 16
+    """Requests in flight per arm; vLLM batches them on the GPU."""
+
+
+def _is_int4(quant: dict[str, Any]) -> bool:
+    """An INT4 method whose declared weight bits (AWQ/GPTQ ``bits``, compressed-tensors groups) include 4."""
+    bits = {quant.get(k) for k in ("bits", "w_bit")} | {
+        ((group or {}).get("weights") or {}).get("num_bits")
+        for group in (quant.get("config_groups") or {}).values()
+    }
+    bits = {b for b in bits if isinstance(b, int)}
+    return str(quant.get("quant_method", "")) in INT4_METHODS and (not bits or 4 in bits)
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, settings: VLLMSettings | None = None) -> None:
+        self.settings = settings or VLLMSettings()
+
+    def version(self) -> str:
+        """The installed vLLM's version, asked of the interpreter that has it."""
+        code = "from importlib.metadata import version; print(version('vllm'))"
+        try:
+            proc = subprocess.run(
+                [self.settings.python, "-c", code], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return "not installed"
+        return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "not installed"
+
+    # -- variant -> flags --------------------------------------------------------------------
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        s = self.settings
+        if variant.kv not in KV_DTYPES:
+            raise ConfigError(f"vLLM has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'")
+        model = self._model(variant)
+        args: dict[str, str | None] = {
+            "--dtype": s.dtype,
+            "--tensor-parallel-size": str(s.tensor_parallel_size),
+            "--seed": str(s.seed),
+            "--generation-config": s.generation_config,
+            "--disable-uvicorn-access-log": None,  # one line per request would bury the startup log
+        }
+        if KV_DTYPES[variant.kv]:
+            args["--kv-cache-dtype"] = KV_DTYPES[variant.kv]
+        for flag, value in (
+            ("--gpu-memory-utilization", s.gpu_memory_utilization),
+            ("--max-model-len", s.max_model_len),
+            ("--reasoning-parser", s.reasoning_parser),
+            ("--chat-template", s.chat_template),
+        ):
+            if value is not None:
+                args[flag] = str(value)
+        if s.tool_call_parser:
+            args["--enable-auto-tool-choice"] = None
+            args["--tool-call-parser"] = s.tool_call_parser
+        args.update(self._weight_args(variant, model))
+        for key, value in variant.args:
+            args[key] = value
+        return LaunchSpec(self.name, model, tuple(args.items()), tuple(sorted(variant.env)), QUANT_KEYS)
+
+    def _model(self, variant: Variant) -> str:
+        if variant.weights == "int4" and not variant.model:
+            raise ConfigError(
+                f"variant {variant.name!r} needs an INT4 checkpoint: vLLM does not quantize to INT4 itself",
+                fix=f"set the path in evalgate.toml: [variants.{variant.name}] model = '/path/to/Model-W4A16' "
+                "(a compressed-tensors, AWQ or GPTQ 4-bit checkpoint, group size 128)",
+            )
+        model = variant.model or self.settings.model
+        if not model:
+            raise ConfigError(
+                "vLLM needs a model checkpoint",
+                fix=f"set model in {_SETTINGS} to a Hugging Face checkpoint (a folder or Hub id)",
+            )
+        return model
+
+    def _weight_args(self, variant: Variant, model: str) -> dict[str, str | None]:
+        quant = checkpoint_quantization(model)
+        if variant.weights == "bf16":
+            if quant is not None:
+                raise ConfigError(
+                    f"the bf16 variant {variant.name!r} points at a quantized checkpoint ({model}: "
+                    f"quant_method {quant.get('quant_method')!r})",
+                    fix=f"point model in {_SETTINGS} at the unquantized BF16 checkpoint",
+                )
+            return {}
+        if variant.weights == "fp8":
+            # A Hub id given for this variant only (not the baseline's model) is taken to be a
+            # pre-quantized checkpoint too: its config.json is not here to read.
+            prequantized = quant is not None or (
+                variant.model is not None and not Path(model).exists() and model != self.settings.model
+            )
+            return {} if prequantized else {"--quantization": "fp8"}
+        if variant.weights == "int4":
+            if quant is None and Path(model).exists():
+                raise ConfigError(
+                    f"{model} has no quantization_config in its config.json, so it is not an INT4 checkpoint",
+                    fix="point the int4 variant at a 4-bit compressed-tensors, AWQ or GPTQ checkpoint",
+                )
+            if quant is not None and not _is_int4(quant):
+                raise ConfigError(
+                    f"{model} is quantized with {quant.get('quant_method')!r}, not a 4-bit weight method",
+                    fix=f"point the int4 variant at a 4-bit checkpoint ({', '.join(INT4_METHODS)})",
+                )
+            return {}  # vLLM reads the method from config.json and picks the kernel (e.g. Marlin)
+        raise ConfigError(f"vLLM has no weights type {variant.weights!r}", fix="use bf16, fp8 or int4")
+
+    # -- launching ---------------------------------------------------------------------------
+    def command(self, spec: LaunchSpec, *, port: int, api_key: str) -> list[str]:
+        """The exact launch command for ``spec``; a fresh list every call."""
+        cmd = list(self.settings.launch_command or (_vllm_binary(), "serve"))
+        cmd += [spec.model, "--host", "127.0.0.1", "--port", str(port), "--api-key", api_key]
+        for key, value in spec.args:
+            cmd += [key] if value is None else [key, value]
+        return cmd
+
+    def gpus_for(self, arm: str) -> str | None:
+        return dict(self.settings.arm_gpus).get(arm, self.settings.gpus)
+
+    @contextlib.contextmanager
+    def launch(
+        self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
+    ) -> Iterator[ServerHandle]:
+        if port is not None and port_in_use(port):
+            raise ServerStartError(
+                f"port {port} on 127.0.0.1 is already in use, so the {name} server cannot listen there",
+                fix="omit --port to let evalgate pick a free port, or stop whatever holds it",
+            )
+        port = port or free_port()
+        api_key = new_api_key()
+        base_url = f"http://127.0.0.1:{port}"
+        env = dict(spec.env)
+        gpus = self.gpus_for(name)
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus
+            if len(gpus.split(",")) < self.settings.tensor_parallel_size:
+                raise ConfigError(
+                    f"the {name} arm gets GPUs {gpus!r}, fewer than tensor_parallel_size "
+                    f"{self.settings.tensor_parallel_size}",
+                    fix=f"give each arm as many GPUs as tensor_parallel_size (gpus / arm_gpus in {_SETTINGS})",
+                )
+        seen: dict[str, Any] = {}
+        cmd = self.command(spec, port=port, api_key=api_key)
+        pgid: int | None = None
+        try:
+            with run_process(
+                cmd,
+                name=name,
+                base_url=base_url,
+                api_key=api_key,
+                log_path=log_dir / f"{name}.log",
+                ready=lambda: _ready(base_url, api_key, seen),
+                env=env,
+                timeout_s=self.settings.ready_timeout_s,
+                diagnose=diagnose,
+            ) as handle:
+                pgid = handle.process.pid if handle.process else None  # its own group (new session)
+                handle.info.update(seen)
+                handle.info["vllm_version"] = _server_version(base_url)
+                handle.info["kv_capacity"] = vllm_capacity(handle.log_path.read_text(errors="replace"))
+                handle.info["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")
+                yield handle
+        finally:
+            if pgid is not None:  # the next arm needs this one's GPU memory back
+                wait_for_group_exit(pgid, timeout_s=60.0)
+
+    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> VLLMScorer:
+        return VLLMScorer(handle, concurrency=self.settings.concurrency, seed=seed)
+
+
+def wait_for_group_exit(pgid: int, *, timeout_s: float, poll_s: float = 0.2) -> bool:
+    """Wait until no live process is left in group ``pgid``; False on timeout.
+
+    The launcher kills the group, but vLLM's engine-core and worker processes hold GPU memory until
+    the driver has torn their contexts down, which can take seconds after the kill. The next arm,
+    on the same GPU, would otherwise start beside them and fail with "Free memory on device ...".
+    Zombies are skipped: they hold no memory, and a container's PID 1 may never reap them."""
+    deadline = time.monotonic() + timeout_s
+    while _group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes whose process group is ``pgid``, from /proc (Linux)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _vllm_binary() -> str:
+    """``vllm`` on PATH, else beside this interpreter (a venv that is not activated)."""
+    beside = Path(sys.executable).with_name("vllm")
+    found = shutil.which("vllm") or (str(beside) if beside.is_file() else None)
+    if found is None:
+        raise ConfigError(
+            "the vllm command is not installed",
+            fix="pip install 'evalgate[vllm]' on a CUDA machine, or set launch_command in " + _SETTINGS,
+        )
+    return found
+
+
+def _ready(base_url: str, api_key: str, seen: dict[str, Any]) -> bool:
+    """``/health`` answers once the engine is up; ``/v1/models`` then proves the key and names the model."""
+    try:
+        if httpx.get(f"{base_url}/health", timeout=5.0).status_code != 200:
+            return False
+        resp = httpx.get(
+            f"{base_url}/v1/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=10.0
+        )
+    except httpx.HTTPError:
+        return False
+    if resp.status_code == 401:
+        raise ServerStartError(
+            "the server on evalgate's port rejected evalgate's API key",
+            fix="another server may hold the port; omit --port so evalgate picks a free one",
+        )
+    if resp.status_code != 200:
+        return False
+    try:
+        data = (resp.json().get("data") or [{}])[0]
+    except (ValueError, AttributeError):
+        return False
+    seen.update({"served_model": data.get("id"), "max_model_len": data.get("max_model_len")})
+    return True
+
+
+def _server_version(base_url: str) -> str | None:
+    try:
+        return str(httpx.get(f"{base_url}/version", timeout=10.0).json().get("version"))
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
