@@ -124,7 +124,7 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
             "prompts left-truncated to fit the server's context (lm-eval's rule): "
             + ", ".join(f"{s} {k}" for s, k in truncated.items())
         )
-    if m.get("max_gen_tokens"):
+    if m.get("max_gen_tokens") and any(meta.get("kind") != "loglikelihood" for meta in m["suites"].values()):
         verdict.notes.append(f"generation capped at {m['max_gen_tokens']} tokens on both arms")
     return verdict
 

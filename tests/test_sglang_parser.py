@@ -20,14 +20,15 @@ from typing import Any
 
 import pytest
 
+from evalgate.cli.setup import SGLANG_PARSER_PACKAGES, SGLANG_VERSION, parser_dir
 from evalgate.engines._sglang_scorer import loglikelihood_payload
 from evalgate.engines.sglang import SGLangEngine, SGLangSettings
 from evalgate.variants import BUILTIN_VARIANTS, Variant, parse_variant
 
-SGLANG_VERSION = "0.5.23"
 SGLANG_PARSER_INSTALL = (
-    f"pip install --no-deps --target DIR sglang=={SGLANG_VERSION} "
-    "orjson psutil pybase64 pillow starlette msgspec pyzmq ipython traitlets"
+    "evalgate setup --parsers (or pip install --no-deps --target DIR "
+    + " ".join(SGLANG_PARSER_PACKAGES)
+    + ")"
 )
 OPTIONS = Path(__file__).parent / "fixtures" / f"sglang_{SGLANG_VERSION}_options.txt"
 
@@ -104,6 +105,8 @@ def sglang_pythonpath() -> str | None:
     extra = os.environ.get("EVALGATE_SGLANG_PARSER_PATH")
     if extra:
         return extra
+    if (parser_dir() / "sglang").is_dir():  # evalgate setup --parsers
+        return str(parser_dir())
     return "" if importlib.util.find_spec("sglang") is not None else None
 
 
