@@ -1,294 +1,35 @@
-"""The compare loop: check the pair, launch each arm, preflight, run suites, record every item.
+"""The compare loop: launch each arm, preflight, run suites, record every item (the plan,
+settled before any server starts, is ``evalgate.plan``).
 
-Arms run one after the other (one engine at a time fits on one GPU and on two CPU cores);
-each item's record is appended and flushed as soon as it is scored, so an interrupted run
-resumes where it stopped and never loses a completed item.
+Arms run one after the other (one engine at a time fits on one GPU and on two CPU cores), or
+together when the engine gives each arm its own GPUs; each item's record is appended and
+flushed as soon as it is scored, so an interrupted run resumes where it stopped and never
+loses a completed item.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import secrets
+import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evalgate.client import RequestFailed
-from evalgate.config import EvalgateConfig
-from evalgate.engines import get_engine
 from evalgate.engines.external import preflight_all
-from evalgate.errors import ConfigError, EvalgateError, PreflightError
-from evalgate.gate import GatePolicy
+from evalgate.errors import EvalgateError, PreflightError
 from evalgate.manifest import (
-    MANIFEST_SCHEMA,
-    command_line,
-    git_state,
-    load_manifest,
-    package_versions,
     utc_now,
     write_manifest,
 )
-from evalgate.models import file_sha256
-from evalgate.records import Record, RecordStore, safe_name
-from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
-from evalgate.variants import LaunchSpec, Variant, require_only_quantization
+from evalgate.plan import SMOKE_CPU_GEN_CAP, CompareRequest, RunPlan, plan_compare
+from evalgate.records import Record, RecordStore
+from evalgate.suites import Item, Suite
 
 __all__ = ["SMOKE_CPU_GEN_CAP", "CompareRequest", "RunPlan", "plan_compare", "run_arms"]
-
-SMOKE_CPU_GEN_CAP = 256
-
-
-@dataclass(frozen=True)
-class CompareRequest:
-    """Everything ``evalgate compare`` was asked to do (one field per flag)."""
-
-    baseline: str
-    candidate: str
-    suites: tuple[str, ...]
-    preset: str = "smoke"
-    limit: int | None = None
-    data_dir: Path | None = None
-    out: Path | None = None
-    alpha: float = 0.05
-    engine: str | None = None
-    seed: int = 1234
-    allow_diff: tuple[str, ...] = ()
-    resume: Path | None = None
-    max_gen_tokens: int | None = None
-    errors_as_wrong: bool = False
-    reveal_private: bool = False
-    policy: str = "difference"
-    margin: str | None = None
-    aa: bool = False
-    tool_prefill: bool | None = None
-    agreement_gate: bool = True
-    flip_budget: float | None = None
-    with_throughput: bool = False
-    deterministic: bool = False
-    baseline_url: tuple[str, ...] = ()
-    candidate_url: tuple[str, ...] = ()
-    """Attach mode: servers already running, sharded across these URLs; nothing is launched."""
-    protocol: str = "auto"
-    sequential: bool = False
-    chunk: int | None = None
-    """Items per look for --sequential (default 50)."""
-
-
-@dataclass
-class RunPlan:
-    request: CompareRequest
-    run_dir: Path
-    run_id: str
-    engine: Any
-    specs: dict[str, LaunchSpec]
-    suites: list[Suite]
-    items: dict[str, list[Item]]
-    options: SuiteOptions
-    variants: dict[str, Variant] = field(default_factory=dict)
-    manifest: dict[str, Any] = field(default_factory=dict)
-
-
-def _run_id(req: CompareRequest) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{req.baseline}-vs-{req.candidate}-{secrets.token_hex(2)}".replace("+", "_")
-
-
-def plan_compare(
-    req: CompareRequest, cfg: EvalgateConfig, console: Console, *, record: dict[str, Any] | None = None
-) -> RunPlan:
-    """Everything that can fail without a server: config, variants, the fairness check, items."""
-    GatePolicy(alpha=req.alpha, policy=req.policy, margin=req.margin, flip_budget=req.flip_budget)  # validate
-    if req.preset not in PRESETS:
-        raise ConfigError(f"unknown preset {req.preset!r}", fix=f"use one of {', '.join(PRESETS)}")
-    if req.deterministic:  # recorded in the launch args (-np 1), so a resume keeps it
-        cfg = cfg.model_copy(update={"llamacpp": cfg.llamacpp.model_copy(update={"deterministic": True})})
-    engine = _engine(req, cfg)
-    variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
-    specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
-    if req.aa:  # the baseline launched a second time: the noise floor
-        variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
-    require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
-    if engine.name == "external":  # settings read back from the running servers
-        from evalgate.engines.external import require_attached_pair
-
-        require_attached_pair(
-            engine.attach_info("baseline"), engine.attach_info("candidate"), allow=req.allow_diff
-        )
-    registry = default_registry()
-    suites = [registry.get(name) for name in req.suites]
-    if req.max_gen_tokens is None and req.preset == "smoke" and engine.name == "llamacpp":
-        # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
-        # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
-        req = replace(req, max_gen_tokens=SMOKE_CPU_GEN_CAP)
-    options = SuiteOptions(
-        data_dir=req.data_dir,
-        seed=req.seed,
-        max_gen_tokens=req.max_gen_tokens,
-        engine=engine.name,
-        reveal_private=req.reveal_private,
-        tool_prefill=req.tool_prefill,
-    )
-    if req.sequential and req.policy == "non-inferiority":
-        raise ConfigError(
-            "--sequential tests for a difference or a regression, not non-inferiority",
-            fix="drop --sequential, or use --policy difference or regression",
-        )
-    n = req.limit if req.limit is not None else PRESETS[req.preset]
-    items = {}
-    for suite in suites:
-        with console.status(f"loading {suite.name} items"):
-            items[suite.name] = suite.load(options, n)
-        if req.sequential:  # the recorded order in which the e-value consumes them
-            from evalgate.sequential import shuffled
-
-            items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
-    if req.resume:
-        run_dir = Path(req.resume)
-        old = load_manifest(run_dir)
-        run_id = str(old["run_id"])
-    else:
-        run_id = _run_id(req)
-        run_dir = Path(req.out) if req.out else Path("reports") / run_id
-        if (run_dir / "manifest.json").exists():
-            raise ConfigError(
-                f"{run_dir} already holds a run",
-                fix=f"continue it with --resume {run_dir}, or choose another --out",
-            )
-    plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, variants)
-    plan.manifest = _manifest(plan, variants)
-    plan.manifest["request"] = record or {}
-    if req.sequential:
-        from evalgate.sequential import DEFAULT_CHUNK
-
-        plan.manifest["sequential"] = {"chunk": req.chunk or DEFAULT_CHUNK, "suites": {}}
-    if req.resume:
-        _check_resume(old, plan.manifest, run_dir)
-        plan.manifest["arms"] = old["arms"]
-        plan.manifest["request"] = old.get("request", plan.manifest["request"])
-        plan.manifest["created_utc"] = old["created_utc"]
-        plan.manifest["resumed_utc"] = [*old.get("resumed_utc", []), utc_now()]
-        if old.get("sequential"):
-            plan.manifest["sequential"] = old["sequential"]
-        if old.get("throughput"):  # compare --with-throughput: arms already swept are not swept again
-            plan.manifest["throughput"] = old["throughput"]
-    write_manifest(run_dir, plan.manifest)
-    _write_prompts(plan)
-    return plan
-
-
-def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Any:
-    if bool(req.baseline_url) != bool(req.candidate_url):
-        raise ConfigError(
-            "attach mode needs both --baseline-url and --candidate-url",
-            fix="pass both (comma-separated URLs per arm), or neither to launch the servers",
-        )
-    if req.baseline_url:
-        if req.engine:
-            raise ConfigError(
-                "--engine launches servers; --baseline-url/--candidate-url attach to running ones",
-                fix="drop --engine (use --protocol to name the attached servers' engine)",
-            )
-        from evalgate.engines.external import ExternalEngine
-
-        urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
-        return ExternalEngine(urls, protocol=req.protocol, deterministic=req.deterministic)
-    return get_engine(req.engine or cfg.engine, cfg)
-
-
-def _write_prompts(plan: RunPlan) -> None:
-    """What each item asked, once per run (shared by both arms), for the report's item browser."""
-    folder = plan.run_dir / "prompts"
-    folder.mkdir(parents=True, exist_ok=True)
-    for suite in plan.suites:
-        if suite.private and not plan.options.reveal_private:
-            continue
-        path = folder / f"{safe_name(suite.name)}.jsonl"  # private:/a/b would nest folders
-        if path.exists():
-            continue
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for it in plan.items[suite.name]:
-                row = {"item_id": it.item_id, "prompt_hash": it.prompt_hash, **it.display}
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        tmp.replace(path)
-
-
-def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
-    req = plan.request
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "run_id": plan.run_id,
-        "created_utc": utc_now(),
-        "finished_utc": None,
-        "command": command_line(),
-        "engine": plan.engine.name,
-        "engine_version": plan.engine.version(),
-        "seed": req.seed,
-        "alpha": req.alpha,
-        "policy": req.policy,
-        "margin": req.margin,
-        "preset": req.preset,
-        "limit": req.limit,
-        "max_gen_tokens": req.max_gen_tokens,
-        "allow_diff": list(req.allow_diff),
-        "reveal_private": req.reveal_private,
-        "data_dir": str(req.data_dir) if req.data_dir else None,
-        "git": git_state(),
-        "packages": package_versions(),
-        "variants": {arm: {"name": v.name, "weights": v.weights, "kv": v.kv} for arm, v in variants.items()},
-        "launch": {
-            arm: {
-                "model": s.model,
-                "model_sha256": file_sha256(Path(s.model)) if Path(s.model).is_file() else None,
-                "args": [[k, v] for k, v in s.args],
-                "env": [[k, v] for k, v in s.env],
-            }
-            for arm, s in plan.specs.items()
-        },
-        "suites": {
-            s.name: {
-                "version": s.version,
-                "metrics": list(s.metrics),
-                "kind": s.kind,
-                "private": s.private,
-                "source": s.source(plan.options),
-                "n": len(plan.items[s.name]),
-                "item_ids": [it.item_id for it in plan.items[s.name]],
-            }
-            for s in plan.suites
-        },
-        "arm_names": list(plan.specs),
-        "arms": {},
-    }
-
-
-_RESUME_KEYS = (
-    "engine",
-    "engine_version",
-    "seed",
-    "preset",
-    "limit",
-    "max_gen_tokens",
-    "variants",
-    "launch",
-    "suites",
-)
-
-
-def _check_resume(old: dict[str, Any], new: dict[str, Any], run_dir: Path) -> None:
-    mismatched = [k for k in _RESUME_KEYS if old.get(k) != new.get(k)]
-    if mismatched:
-        raise ConfigError(
-            f"--resume {run_dir}: this command differs from the original run in {', '.join(mismatched)}",
-            fix="rerun with exactly the original flags (see `command` in its manifest.json), or start a new run",
-        )
 
 
 def run_arms(plan: RunPlan, console: Console) -> None:
@@ -308,49 +49,48 @@ def run_arms(plan: RunPlan, console: Console) -> None:
 def _run_arms(plan: RunPlan, console: Console) -> None:
     store = RecordStore(plan.run_dir)
     fingerprints: dict[str, str] = {}
-    for arm in plan.specs:
-        todo = {s.name: _missing(store, s, plan.items[s.name], arm) for s in plan.suites}
-        arm_info = plan.manifest["arms"].setdefault(arm, {})
-        swept = {
-            a
-            for a, d in ((plan.manifest.get("throughput") or {}).get("arms") or {}).items()
-            if d.get("levels")
+    for group in _arm_groups(plan):
+        todo = {
+            arm: {s.name: _missing(store, s, plan.items[s.name], arm) for s in plan.suites} for arm in group
         }
-        bench = plan.request.with_throughput and arm in ("baseline", "candidate") and arm not in swept
-        if not any(todo.values()) and not bench:
-            if "tokenizer_fingerprint" in arm_info:
-                fingerprints[arm] = arm_info["tokenizer_fingerprint"]
+        bench = {arm: _needs_sweep(plan, arm) for arm in group}
+        live = [arm for arm in group if any(todo[arm].values()) or bench[arm]]
+        for arm in group:
+            info = plan.manifest["arms"].setdefault(arm, {})
+            if arm not in live and "tokenizer_fingerprint" in info:
+                fingerprints[arm] = info["tokenizer_fingerprint"]
+        if not live:
             continue
-        spec = plan.specs[arm]
-        with plan.engine.launch(spec, name=arm, log_dir=plan.run_dir / "logs") as handle:
-            arm_info.update(
-                {
-                    "command": handle.command,
-                    "started_utc": utc_now(),
-                    "server": handle.info,
-                    "pid": handle.process.pid if handle.process else None,
-                }
-            )
+        with contextlib.ExitStack() as stack:
+            handles = {}
+            for arm in live:
+                handle = stack.enter_context(
+                    plan.engine.launch(plan.specs[arm], name=arm, log_dir=plan.run_dir / "logs")
+                )
+                handles[arm] = handle
+                plan.manifest["arms"][arm].update(
+                    {
+                        "command": handle.command,
+                        "started_utc": utc_now(),
+                        "server": handle.info,
+                        "pid": handle.process.pid if handle.process else None,
+                    }
+                )
             write_manifest(plan.run_dir, plan.manifest)
-            timings = asyncio.run(_run_arm(plan, arm, handle, todo, store, console))
-            arm_info.update(
-                {
-                    "tokenizer_fingerprint": timings.pop("_fingerprint"),
-                    "preflight": timings.pop("_preflight"),
-                    "ended_utc": utc_now(),
-                }
-            )
-            arm_info.setdefault("durations_s", {}).update(timings)
-            if bench:  # after the suites, on the same server: tok/s, TTFT, ITL and KV capacity
-                from evalgate.bench import measure_handle
-
-                variant = plan.manifest["variants"][arm]["name"]
-                try:
-                    arm_info["throughput"] = measure_handle(handle, name=arm, variant=variant)
-                except EvalgateError as exc:  # the sweep is extra: it must not cost the verdict
-                    console.print(f"[yellow]throughput sweep of the {arm} failed:[/] {exc}")
-                    arm_info["throughput"] = {"error": exc.render()}
-            fingerprints[arm] = arm_info["tokenizer_fingerprint"]
+            results = asyncio.run(_run_group(plan, handles, todo, store, console))
+            for arm, timings in results.items():
+                info = plan.manifest["arms"][arm]
+                info.update(
+                    {
+                        "tokenizer_fingerprint": timings.pop("_fingerprint"),
+                        "preflight": timings.pop("_preflight"),
+                        "ended_utc": utc_now(),
+                    }
+                )
+                info.setdefault("durations_s", {}).update(timings)
+                if bench[arm]:  # after the suites, on the same server: tok/s, TTFT, ITL, KV capacity
+                    _sweep(plan, arm, handles[arm], console)
+                fingerprints[arm] = info["tokenizer_fingerprint"]
             write_manifest(plan.run_dir, plan.manifest)
     if len(set(fingerprints.values())) > 1:
         raise PreflightError(
@@ -365,38 +105,82 @@ def _run_arms(plan: RunPlan, console: Console) -> None:
     write_manifest(plan.run_dir, plan.manifest)
 
 
+def _arm_groups(plan: RunPlan) -> list[list[str]]:
+    """Arms that run at the same time. One after the other by default (one GPU, or two CPU
+    cores); baseline and candidate together when the engine has a GPU set for each arm, except
+    with --with-throughput, whose sweep must not share the machine with the other arm."""
+    arms = list(plan.specs)
+    if getattr(plan.engine, "concurrent_arms", False) and not plan.request.with_throughput:
+        pair = [a for a in arms if a in ("baseline", "candidate")]
+        return [pair] + [[a] for a in arms if a not in pair]
+    return [[a] for a in arms]
+
+
+def _needs_sweep(plan: RunPlan, arm: str) -> bool:
+    swept = {
+        a for a, d in ((plan.manifest.get("throughput") or {}).get("arms") or {}).items() if d.get("levels")
+    }
+    return plan.request.with_throughput and arm in ("baseline", "candidate") and arm not in swept
+
+
+def _sweep(plan: RunPlan, arm: str, handle: Any, console: Console) -> None:
+    from evalgate.bench import measure_handle
+
+    info = plan.manifest["arms"][arm]
+    variant = plan.manifest["variants"][arm]["name"]
+    try:
+        info["throughput"] = measure_handle(handle, name=arm, variant=variant)
+    except EvalgateError as exc:  # the sweep is extra: it must not cost the verdict
+        console.print(f"[yellow]throughput sweep of the {arm} failed:[/] {exc}")
+        info["throughput"] = {"error": exc.render()}
+
+
 def _missing(store: RecordStore, suite: Suite, items: Sequence[Item], arm: str) -> list[Item]:
     done = store.load(suite.name, arm)
     return [it for it in items if (r := done.get((suite.name, it.item_id, 0))) is None or r.error is not None]
 
 
+async def _run_group(
+    plan: RunPlan,
+    handles: dict[str, Any],
+    todo: dict[str, dict[str, list[Item]]],
+    store: RecordStore,
+    console: Console,
+) -> dict[str, dict[str, Any]]:
+    """Each arm's suites, the arms of a group at the same time, under one progress display."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        outs = await asyncio.gather(
+            *(_run_arm(plan, arm, h, todo[arm], store, progress) for arm, h in handles.items())
+        )
+    return dict(zip(handles, outs, strict=True))
+
+
 async def _run_arm(
-    plan: RunPlan, arm: str, handle: Any, todo: dict[str, list[Item]], store: RecordStore, console: Console
+    plan: RunPlan, arm: str, handle: Any, todo: dict[str, list[Item]], store: RecordStore, progress: Progress
 ) -> dict[str, Any]:
     scorer = plan.engine.scorer(handle, seed=plan.request.seed)
     try:
         report = await preflight_all(scorer, server=arm)  # every URL of an attached arm
         out: dict[str, Any] = {"_fingerprint": report.tokenizer_fingerprint, "_preflight": report.checks}
         variant = plan.manifest["variants"][arm]["name"]
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as progress:
-            for suite in plan.suites:
-                items = todo[suite.name]
-                if not items:
-                    continue
-                flush = getattr(scorer, "flush_cache", None)
-                if flush is not None:  # SGLang: no suite starts with another's radix cache
-                    await flush()
-                bar = progress.add_task(f"{arm:9} {variant:10} {suite.name}", total=len(items))
-                t0 = time.perf_counter()
-                await _run_suite(plan, suite, items, scorer, store, arm, variant, progress, bar)
-                out[suite.name] = round(time.perf_counter() - t0, 2)
+        for suite in plan.suites:
+            items = todo[suite.name]
+            if not items:
+                continue
+            flush = getattr(scorer, "flush_cache", None)
+            if flush is not None:  # SGLang: no suite starts with another's radix cache
+                await flush()
+            bar = progress.add_task(f"{arm:9} {variant:10} {suite.name}", total=len(items))
+            t0 = time.perf_counter()
+            await _run_suite(plan, suite, items, scorer, store, arm, variant, progress, bar)
+            out[suite.name] = round(time.perf_counter() - t0, 2)
         return out
     finally:
         await scorer.aclose()

@@ -108,3 +108,18 @@ def test_chunked_sequential_false_block_rate_under_h0() -> None:
     rate = blocks / reps
     # Ville bounds the rate by alpha; 3 binomial standard errors of slack for the simulation
     assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
+
+
+def test_arms_run_together_only_on_separate_gpus() -> None:
+    from types import SimpleNamespace
+
+    from evalgate.runner import _arm_groups
+
+    specs = {"baseline": 0, "candidate": 0, "aa": 0}
+    req = SimpleNamespace(with_throughput=False)
+    one_gpu = SimpleNamespace(specs=specs, request=req, engine=SimpleNamespace(concurrent_arms=False))
+    assert _arm_groups(one_gpu) == [["baseline"], ["candidate"], ["aa"]]
+    two = SimpleNamespace(specs=specs, request=req, engine=SimpleNamespace(concurrent_arms=True))
+    assert _arm_groups(two) == [["baseline", "candidate"], ["aa"]]
+    sweep = SimpleNamespace(specs=specs, request=SimpleNamespace(with_throughput=True), engine=two.engine)
+    assert _arm_groups(sweep) == [["baseline"], ["candidate"], ["aa"]]

@@ -1,0 +1,282 @@
+"""What ``evalgate compare`` will do, settled before any server starts: the request, the fairness
+check, the items, the run folder and its manifest (and, on --resume, that they match the run's).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from evalgate.config import EvalgateConfig
+from evalgate.engines import get_engine
+from evalgate.errors import ConfigError
+from evalgate.gate import GatePolicy
+from evalgate.manifest import (
+    MANIFEST_SCHEMA,
+    command_line,
+    git_state,
+    load_manifest,
+    package_versions,
+    utc_now,
+    write_manifest,
+)
+from evalgate.models import file_sha256
+from evalgate.records import safe_name
+from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
+from evalgate.variants import LaunchSpec, Variant, require_only_quantization
+
+__all__ = ["SMOKE_CPU_GEN_CAP", "CompareRequest", "RunPlan", "plan_compare"]
+
+SMOKE_CPU_GEN_CAP = 256
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """Everything ``evalgate compare`` was asked to do (one field per flag)."""
+
+    baseline: str
+    candidate: str
+    suites: tuple[str, ...]
+    preset: str = "smoke"
+    limit: int | None = None
+    data_dir: Path | None = None
+    out: Path | None = None
+    alpha: float = 0.05
+    engine: str | None = None
+    seed: int = 1234
+    allow_diff: tuple[str, ...] = ()
+    resume: Path | None = None
+    max_gen_tokens: int | None = None
+    errors_as_wrong: bool = False
+    reveal_private: bool = False
+    policy: str = "difference"
+    margin: str | None = None
+    aa: bool = False
+    tool_prefill: bool | None = None
+    agreement_gate: bool = True
+    flip_budget: float | None = None
+    with_throughput: bool = False
+    deterministic: bool = False
+    baseline_url: tuple[str, ...] = ()
+    candidate_url: tuple[str, ...] = ()
+    """Attach mode: servers already running, sharded across these URLs; nothing is launched."""
+    protocol: str = "auto"
+    sequential: bool = False
+    chunk: int | None = None
+    """Items per look for --sequential (default 50)."""
+
+
+@dataclass
+class RunPlan:
+    request: CompareRequest
+    run_dir: Path
+    run_id: str
+    engine: Any
+    specs: dict[str, LaunchSpec]
+    suites: list[Suite]
+    items: dict[str, list[Item]]
+    options: SuiteOptions
+    variants: dict[str, Variant] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def _run_id(req: CompareRequest) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{req.baseline}-vs-{req.candidate}-{secrets.token_hex(2)}".replace("+", "_")
+
+
+def plan_compare(
+    req: CompareRequest, cfg: EvalgateConfig, console: Console, *, record: dict[str, Any] | None = None
+) -> RunPlan:
+    """Everything that can fail without a server: config, variants, the fairness check, items."""
+    GatePolicy(alpha=req.alpha, policy=req.policy, margin=req.margin, flip_budget=req.flip_budget)  # validate
+    if req.preset not in PRESETS:
+        raise ConfigError(f"unknown preset {req.preset!r}", fix=f"use one of {', '.join(PRESETS)}")
+    if req.deterministic:  # recorded in the launch args (-np 1), so a resume keeps it
+        cfg = cfg.model_copy(update={"llamacpp": cfg.llamacpp.model_copy(update={"deterministic": True})})
+    engine = _engine(req, cfg)
+    variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
+    specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
+    if req.aa:  # the baseline launched a second time: the noise floor
+        variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
+    require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
+    if engine.name == "external":  # settings read back from the running servers
+        from evalgate.engines.external import require_attached_pair
+
+        require_attached_pair(
+            engine.attach_info("baseline"), engine.attach_info("candidate"), allow=req.allow_diff
+        )
+    registry = default_registry()
+    suites = [registry.get(name) for name in req.suites]
+    if req.max_gen_tokens is None and req.preset == "smoke" and engine.name == "llamacpp":
+        # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
+        # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
+        req = replace(req, max_gen_tokens=SMOKE_CPU_GEN_CAP)
+    options = SuiteOptions(
+        data_dir=req.data_dir,
+        seed=req.seed,
+        max_gen_tokens=req.max_gen_tokens,
+        engine=engine.name,
+        reveal_private=req.reveal_private,
+        tool_prefill=req.tool_prefill,
+    )
+    if req.sequential and req.policy == "non-inferiority":
+        raise ConfigError(
+            "--sequential tests for a difference or a regression, not non-inferiority",
+            fix="drop --sequential, or use --policy difference or regression",
+        )
+    n = req.limit if req.limit is not None else PRESETS[req.preset]
+    items = {}
+    for suite in suites:
+        with console.status(f"loading {suite.name} items"):
+            items[suite.name] = suite.load(options, n)
+        if req.sequential:  # the recorded order in which the e-value consumes them
+            from evalgate.sequential import shuffled
+
+            items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
+    if req.resume:
+        run_dir = Path(req.resume)
+        old = load_manifest(run_dir)
+        run_id = str(old["run_id"])
+    else:
+        run_id = _run_id(req)
+        run_dir = Path(req.out) if req.out else Path("reports") / run_id
+        if (run_dir / "manifest.json").exists():
+            raise ConfigError(
+                f"{run_dir} already holds a run",
+                fix=f"continue it with --resume {run_dir}, or choose another --out",
+            )
+    plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, variants)
+    plan.manifest = _manifest(plan, variants)
+    plan.manifest["request"] = record or {}
+    if req.sequential:
+        from evalgate.sequential import DEFAULT_CHUNK
+
+        plan.manifest["sequential"] = {"chunk": req.chunk or DEFAULT_CHUNK, "suites": {}}
+    if req.resume:
+        _check_resume(old, plan.manifest, run_dir)
+        plan.manifest["arms"] = old["arms"]
+        plan.manifest["request"] = old.get("request", plan.manifest["request"])
+        plan.manifest["created_utc"] = old["created_utc"]
+        plan.manifest["resumed_utc"] = [*old.get("resumed_utc", []), utc_now()]
+        if old.get("sequential"):
+            plan.manifest["sequential"] = old["sequential"]
+        if old.get("throughput"):  # compare --with-throughput: arms already swept are not swept again
+            plan.manifest["throughput"] = old["throughput"]
+    write_manifest(run_dir, plan.manifest)
+    _write_prompts(plan)
+    return plan
+
+
+def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Any:
+    if bool(req.baseline_url) != bool(req.candidate_url):
+        raise ConfigError(
+            "attach mode needs both --baseline-url and --candidate-url",
+            fix="pass both (comma-separated URLs per arm), or neither to launch the servers",
+        )
+    if req.baseline_url:
+        if req.engine:
+            raise ConfigError(
+                "--engine launches servers; --baseline-url/--candidate-url attach to running ones",
+                fix="drop --engine (use --protocol to name the attached servers' engine)",
+            )
+        from evalgate.engines.external import ExternalEngine
+
+        urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
+        return ExternalEngine(urls, protocol=req.protocol, deterministic=req.deterministic)
+    return get_engine(req.engine or cfg.engine, cfg)
+
+
+def _write_prompts(plan: RunPlan) -> None:
+    """What each item asked, once per run (shared by both arms), for the report's item browser."""
+    folder = plan.run_dir / "prompts"
+    folder.mkdir(parents=True, exist_ok=True)
+    for suite in plan.suites:
+        if suite.private and not plan.options.reveal_private:
+            continue
+        path = folder / f"{safe_name(suite.name)}.jsonl"  # private:/a/b would nest folders
+        if path.exists():
+            continue
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for it in plan.items[suite.name]:
+                row = {"item_id": it.item_id, "prompt_hash": it.prompt_hash, **it.display}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        tmp.replace(path)
+
+
+def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
+    req = plan.request
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "run_id": plan.run_id,
+        "created_utc": utc_now(),
+        "finished_utc": None,
+        "command": command_line(),
+        "engine": plan.engine.name,
+        "engine_version": plan.engine.version(),
+        "seed": req.seed,
+        "alpha": req.alpha,
+        "policy": req.policy,
+        "margin": req.margin,
+        "preset": req.preset,
+        "limit": req.limit,
+        "max_gen_tokens": req.max_gen_tokens,
+        "allow_diff": list(req.allow_diff),
+        "reveal_private": req.reveal_private,
+        "data_dir": str(req.data_dir) if req.data_dir else None,
+        "git": git_state(),
+        "packages": package_versions(),
+        "variants": {arm: {"name": v.name, "weights": v.weights, "kv": v.kv} for arm, v in variants.items()},
+        "launch": {
+            arm: {
+                "model": s.model,
+                "model_sha256": file_sha256(Path(s.model)) if Path(s.model).is_file() else None,
+                "args": [[k, v] for k, v in s.args],
+                "env": [[k, v] for k, v in s.env],
+            }
+            for arm, s in plan.specs.items()
+        },
+        "suites": {
+            s.name: {
+                "version": s.version,
+                "metrics": list(s.metrics),
+                "kind": s.kind,
+                "private": s.private,
+                "source": s.source(plan.options),
+                "n": len(plan.items[s.name]),
+                "item_ids": [it.item_id for it in plan.items[s.name]],
+            }
+            for s in plan.suites
+        },
+        "arm_names": list(plan.specs),
+        "arms": {},
+    }
+
+
+_RESUME_KEYS = (
+    "engine",
+    "engine_version",
+    "seed",
+    "preset",
+    "limit",
+    "max_gen_tokens",
+    "variants",
+    "launch",
+    "suites",
+)
+
+
+def _check_resume(old: dict[str, Any], new: dict[str, Any], run_dir: Path) -> None:
+    mismatched = [k for k in _RESUME_KEYS if old.get(k) != new.get(k)]
+    if mismatched:
+        raise ConfigError(
+            f"--resume {run_dir}: this command differs from the original run in {', '.join(mismatched)}",
+            fix="rerun with exactly the original flags (see `command` in its manifest.json), or start a new run",
+        )
