@@ -302,3 +302,12 @@ def test_a_launch_that_dies_is_diagnosed_with_the_key_masked(tmp_path: Path, mod
     assert "exited during startup" in str(err.value) and "compute capability 8.9" in err.value.fix
     assert "--api-key '***'" in err.value.detail and "eg-" not in err.value.render()
     assert "--quantization fp8" in err.value.detail
+
+
+def test_concurrent_arms_only_on_disjoint_gpus() -> None:
+    assert not SGLangEngine(SGLangSettings(model_path="/m")).concurrent_arms
+    assert not SGLangEngine(SGLangSettings(model_path="/m", gpus="0")).concurrent_arms
+    split = SGLangSettings(model_path="/m", arm_gpus=(("baseline", "0,1"), ("candidate", "2,3")))
+    assert SGLangEngine(split).concurrent_arms
+    overlap = SGLangSettings(model_path="/m", arm_gpus=(("baseline", "0,1"), ("candidate", "1,2")))
+    assert not SGLangEngine(overlap).concurrent_arms

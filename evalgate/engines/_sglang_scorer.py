@@ -16,52 +16,25 @@ on (0.5.9 has ``/tokenize`` for text only).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 
-from evalgate.client import HttpClient, RequestFailed
+from evalgate.client import RequestFailed
+from evalgate.engines._scoring import BatchScorer, LogLik, Split, completion_result
 from evalgate.engines._sglang_diagnose import parse_server_info
-from evalgate.engines.base import ServerHandle
 from evalgate.errors import PreflightError
 
 __all__ = ["SGLangScorer"]
 
 
-class SGLangScorer:
+class SGLangScorer(BatchScorer):
     """Loglikelihood, generation, chat, tokenization and cache control against one SGLang server."""
 
-    def __init__(self, handle: ServerHandle, *, concurrency: int, seed: int = 0) -> None:
-        self.handle = handle
-        self.concurrency = concurrency
-        self.http = HttpClient(
-            handle.base_url,
-            api_key=handle.api_key,
-            concurrency=concurrency,
-            alive=handle.alive,
-            on_dead=handle.died,
-            seed=seed,
-        )
-        self._tok_cache: dict[str, asyncio.Future[list[int]]] = {}
-
-    async def aclose(self) -> None:
-        await self.http.__aexit__()
+    label = "SGLang"
 
     # -- tokenizer ---------------------------------------------------------------------------
-    async def tokenize(self, text: str) -> list[int]:
-        """Token ids without special tokens; the request in flight is shared by every caller."""
-        fut = self._tok_cache.get(text)
-        if fut is None:
-            fut = self._tok_cache[text] = asyncio.ensure_future(self._tokenize(text))
-        try:
-            return await asyncio.shield(fut)
-        except Exception:
-            if fut.done() and not fut.cancelled() and fut.exception() is not None:
-                self._tok_cache.pop(text, None)
-            raise
-
     async def _tokenize(self, text: str) -> list[int]:
         data = await self.http.post("/tokenize", {"prompt": text, "add_special_tokens": False})
         return [int(t) for t in data["tokens"]]
@@ -70,49 +43,17 @@ class SGLangScorer:
         data = await self.http.post("/detokenize", {"tokens": tokens})
         return str(data["text"])
 
-    async def split_tokens(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """lm-eval's split: trailing context whitespace moves to the continuation, then the
-        continuation is what follows the context's tokens in the tokenized whole."""
-        n_space = len(context) - len(context.rstrip())
-        if n_space:
-            continuation = context[-n_space:] + continuation
-            context = context[:-n_space]
-        whole, ctx = await asyncio.gather(self.tokenize(context + continuation), self.tokenize(context))
-        return ctx, whole[len(ctx) :]
-
-    # -- loglikelihood -----------------------------------------------------------------------
-    async def loglikelihood(self, context: str, continuation: str) -> tuple[float, bool, int]:
-        """(sum logprob of continuation given context, all greedy, n continuation tokens)."""
-        return (await self.loglikelihood_many(context, [continuation]))[0]
-
-    async def loglikelihood_many(
-        self, context: str, continuations: Sequence[str]
-    ) -> list[tuple[float, bool, int]]:
-        """Every continuation of one context in ONE ``/generate`` request (a question's choices).
-
-        SGLang's radix cache then computes the shared context once for the whole batch."""
-        splits = await asyncio.gather(*(self.split_tokens(context, c) for c in continuations))
-        todo = [i for i, (_, cont) in enumerate(splits) if cont]
-        results: list[tuple[float, bool, int]] = [(0.0, True, 0)] * len(splits)
-        if not todo:
-            return results
-        for i in todo:
-            if not splits[i][0]:
-                raise PreflightError(
-                    "cannot score a continuation with an empty context on SGLang",
-                    fix="the first prompt token has no logprob; give the suite a non-empty context",
-                )
-        payload = loglikelihood_payload([splits[i] for i in todo])
-        data = await self.http.post("/generate", payload)
+    # -- loglikelihood: loglikelihood_many is BatchScorer's -----------------------------------
+    async def _score_splits(self, splits: list[Split]) -> list[LogLik]:
+        """One ``/generate`` for the whole batch; SGLang's radix cache computes the context once."""
+        data = await self.http.post("/generate", loglikelihood_payload(splits))
         outs = data if isinstance(data, list) else [data]
-        if len(outs) != len(todo):
+        if len(outs) != len(splits):
             raise PreflightError(
-                f"SGLang answered {len(outs)} results for a batch of {len(todo)}",
+                f"SGLang answered {len(outs)} results for a batch of {len(splits)}",
                 fix="this SGLang does not batch /generate input_ids lists; upgrade SGLang",
             )
-        for i, out in zip(todo, outs, strict=True):
-            results[i] = read_continuation_logprobs(out, splits[i][1])
-        return results
+        return [read_continuation_logprobs(out, cont) for out, (_, cont) in zip(outs, splits, strict=True)]
 
     # -- generation and chat -----------------------------------------------------------------
     async def generate(
@@ -125,17 +66,8 @@ class SGLangScorer:
             "temperature": temperature,
             "seed": seed,
         }
-        data = await self.http.post("/v1/completions", payload)
-        text = str(data["choices"][0]["text"])
-        for s in stop:  # SGLang trims its stop strings already; this keeps both engines identical
-            if s and s in text:
-                text = text[: text.index(s)]
-        usage = data.get("usage") or {}
-        return {
-            "text": text,
-            "prompt_tokens": usage.get("prompt_tokens", 0),
-            "completion_tokens": usage.get("completion_tokens", 0),
-        }
+        # SGLang trims its stop strings already; completion_result keeps every engine identical
+        return completion_result(await self.http.post("/v1/completions", payload), stop)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         return dict(await self.http.post("/v1/chat/completions", payload))

@@ -13,11 +13,11 @@ would be, then encoded) and ``/detokenize``, which keeps special tokens. vLLM's 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from evalgate.client import HttpClient, RequestFailed, RetryPolicy
+from evalgate.client import RequestFailed, RetryPolicy
+from evalgate.engines._scoring import BatchScorer, LogLik, Split, completion_result
 from evalgate.engines._vllm_diagnose import TESTED_VERSION
 from evalgate.engines.base import ServerHandle
 from evalgate.errors import PreflightError
@@ -87,44 +87,20 @@ def _top1(picked: dict[str, Any], position: dict[str, Any]) -> bool:
     return float(picked["logprob"]) >= max(float(v["logprob"]) for v in position.values())
 
 
-class VLLMScorer:
+class VLLMScorer(BatchScorer):
     """Loglikelihood, generation, chat and tokenization against one vLLM server."""
+
+    label = "vLLM"
 
     def __init__(
         self, handle: ServerHandle, *, concurrency: int, seed: int = 0, retry: RetryPolicy | None = None
     ) -> None:
-        self.handle = handle
-        self.concurrency = concurrency
         served = handle.info.get("served_model")
         self.model = str(served) if served else None
-        self.http = HttpClient(
-            handle.base_url,
-            api_key=handle.api_key,
-            concurrency=concurrency,
-            retry=retry,
-            alive=handle.alive,
-            on_dead=handle.died,
-            seed=seed,
-        )
-        self._tok_cache: dict[str, asyncio.Future[list[int]]] = {}
-
-    async def aclose(self) -> None:
-        await self.http.__aexit__()
+        super().__init__(handle, concurrency=concurrency, seed=seed, retry=retry)
 
     def _with_model(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"model": self.model, **body} if self.model else body
-
-    async def tokenize(self, text: str) -> list[int]:
-        """Token ids without special tokens (lm-eval's default); one request in flight per text."""
-        fut = self._tok_cache.get(text)
-        if fut is None:
-            fut = self._tok_cache[text] = asyncio.ensure_future(self._tokenize(text))
-        try:
-            return await asyncio.shield(fut)
-        except Exception:
-            if fut.done() and not fut.cancelled() and fut.exception() is not None:
-                self._tok_cache.pop(text, None)
-            raise
 
     async def _tokenize(self, text: str) -> list[int]:
         data = await self.http.post(
@@ -136,63 +112,25 @@ class VLLMScorer:
         data = await self.http.post("/detokenize", self._with_model({"tokens": tokens}))
         return str(data["prompt"])
 
-    async def split_tokens(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """lm-eval's split: trailing context whitespace moves to the continuation, which is what
-        follows the context's tokens in the tokenized whole."""
-        n_space = len(context) - len(context.rstrip())
-        if n_space:
-            continuation = context[-n_space:] + continuation
-            context = context[:-n_space]
-        whole, ctx = await asyncio.gather(self.tokenize(context + continuation), self.tokenize(context))
-        return ctx, whole[len(ctx) :]
-
-    async def loglikelihood(self, context: str, continuation: str) -> tuple[float, bool, int]:
-        """(sum logprob of continuation given context, all greedy, n continuation tokens)."""
-        return (await self.loglikelihood_many(context, [continuation]))[0]
-
-    async def loglikelihood_many(
-        self, context: str, continuations: Sequence[str]
-    ) -> list[tuple[float, bool, int]]:
-        """Every continuation of one context in ONE request (a question's choices, a list of prompts),
-        so vLLM's prefix cache computes the shared context once."""
-        splits = await asyncio.gather(*(self.split_tokens(context, c) for c in continuations))
-        todo = [i for i, (_, cont) in enumerate(splits) if cont]
-        results: list[tuple[float, bool, int]] = [(0.0, True, 0)] * len(splits)
-        if not todo:
-            return results
-        if any(not splits[i][0] for i in todo):
-            raise PreflightError(
-                "cannot score a continuation with an empty context on vLLM",
-                fix="the first prompt token has no logprob; give the suite a non-empty context",
-            )
-        data = await self.http.post(
-            "/v1/completions", loglikelihood_payload([splits[i] for i in todo], self.model)
-        )
+    async def _score_splits(self, splits: list[Split]) -> list[LogLik]:
+        """One ``/v1/completions`` with a list of prompts, so vLLM's prefix cache computes the
+        context once; the choices come back in any order, each with its ``index``."""
+        data = await self.http.post("/v1/completions", loglikelihood_payload(splits, self.model))
         choices = sorted(data.get("choices") or [], key=lambda c: int(c.get("index", 0)))
-        if len(choices) != len(todo):
+        if len(choices) != len(splits):
             raise PreflightError(
-                f"vLLM answered {len(choices)} choices for a batch of {len(todo)} prompts",
+                f"vLLM answered {len(choices)} choices for a batch of {len(splits)} prompts",
                 fix=f"this vLLM does not batch token-id prompts; install vLLM {TESTED_VERSION}",
             )
-        for i, choice in zip(todo, choices, strict=True):
-            results[i] = read_continuation_logprobs(choice, *splits[i])
-        return results
+        return [read_continuation_logprobs(c, *split) for c, split in zip(choices, splits, strict=True)]
 
     async def generate(
         self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
     ) -> dict[str, Any]:
         payload = {"prompt": prompt, "max_tokens": max_tokens, "stop": list(stop), "temperature": temperature}
         data = await self.http.post("/v1/completions", self._with_model({**payload, "seed": seed}))
-        text = str(data["choices"][0]["text"])
-        for s in stop:  # vLLM trims its stop strings already; this keeps every engine identical
-            if s and s in text:
-                text = text[: text.index(s)]
-        usage = data.get("usage") or {}
-        return {
-            "text": text,
-            "prompt_tokens": usage.get("prompt_tokens", 0),
-            "completion_tokens": usage.get("completion_tokens", 0),
-        }
+        # vLLM trims its stop strings already; completion_result keeps every engine identical
+        return completion_result(data, stop)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         return dict(await self.http.post("/v1/chat/completions", self._with_model(payload)))

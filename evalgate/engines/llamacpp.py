@@ -7,7 +7,6 @@ generated (forced) token. ``top_logprobs[0]`` tells whether the forced token was
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import subprocess
@@ -18,9 +17,10 @@ from typing import Any
 
 import httpx
 
-from evalgate.client import HttpClient
-from evalgate.engines.base import ServerHandle, free_port, new_api_key, port_in_use, run_process
-from evalgate.errors import ConfigError, PreflightError, ServerStartError
+from evalgate.engines._launch import server_address
+from evalgate.engines._scoring import TokenCache, completion_result, lm_eval_split, server_client
+from evalgate.engines.base import ServerHandle, run_process
+from evalgate.errors import ConfigError, PreflightError
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["LlamaCppEngine", "LlamaCppScorer", "find_binary"]
@@ -148,13 +148,7 @@ class LlamaCppEngine:
         self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
     ) -> Iterator[ServerHandle]:
         binary = find_binary()
-        if port is not None and port_in_use(port):
-            raise ServerStartError(
-                f"port {port} on 127.0.0.1 is already in use, so the {name} server cannot listen there",
-                fix="omit --port to let evalgate pick a free port, or stop whatever holds it",
-            )
-        port = port or free_port()
-        api_key = new_api_key()
+        port, api_key, base_url = server_address(port, name)
         alias = f"evalgate-{name}"
         cmd = [
             str(binary),
@@ -171,7 +165,6 @@ class LlamaCppEngine:
         ]
         for key, value in spec.args:
             cmd += [key] if value is None else [key, value]
-        base_url = f"http://127.0.0.1:{port}"
 
         def ready() -> bool:
             try:
@@ -219,34 +212,16 @@ class LlamaCppScorer:
         self.handle = handle
         self.concurrency = concurrency
         self.cache_prompt = cache_prompt
-        self.http = HttpClient(
-            handle.base_url,
-            api_key=handle.api_key,
-            concurrency=concurrency,
-            alive=handle.alive,
-            on_dead=handle.died,
-            seed=seed,
-        )
-        self._tok_cache: dict[str, asyncio.Future[list[int]]] = {}
+        self.http = server_client(handle, concurrency=concurrency, seed=seed)
+        self._tokens = TokenCache(self._tokenize)
         self._n_ctx: int | None = None
 
     async def aclose(self) -> None:
         await self.http.__aexit__()
 
     async def tokenize(self, text: str) -> list[int]:
-        """Token ids without special tokens; cached, since few-shot contexts repeat per choice.
-
-        The cache holds the request in flight, so the choices of one item, scored concurrently,
-        share one ``/tokenize`` of their context instead of each sending its own."""
-        fut = self._tok_cache.get(text)
-        if fut is None:
-            fut = self._tok_cache[text] = asyncio.ensure_future(self._tokenize(text))
-        try:
-            return await asyncio.shield(fut)  # one waiter cancelled must not cancel the others
-        except Exception:
-            if fut.done() and not fut.cancelled() and fut.exception() is not None:
-                self._tok_cache.pop(text, None)  # a failure is not cached
-            raise
+        """Token ids without special tokens; cached, with the request in flight shared (TokenCache)."""
+        return await self._tokens.get(text)
 
     async def _tokenize(self, text: str) -> list[int]:
         data = await self.http.post("/tokenize", {"content": text, "add_special": False})
@@ -295,10 +270,7 @@ class LlamaCppScorer:
     async def split_tokens(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """lm-eval's split: trailing context whitespace moves to the continuation, then
         tokenize the whole and take what follows the context's tokens."""
-        n_space = len(context) - len(context.rstrip())
-        if n_space:
-            continuation = context[-n_space:] + continuation
-            context = context[:-n_space]
+        context, continuation = lm_eval_split(context, continuation)
         whole = await self.tokenize(context + continuation)
         ctx = await self.tokenize(context)
         return ctx, whole[len(ctx) :]
@@ -325,18 +297,8 @@ class LlamaCppScorer:
             "cache_prompt": self.cache_prompt,
         }
         data = await self.http.post("/v1/completions", payload)
-        text = str(data["choices"][0]["text"])
         # llama-server caps stop strings only by count; lm-eval's until list can be longer.
-        for s in stop:
-            if s and s in text:
-                text = text[: text.index(s)]
-        usage = data.get("usage") or {}
-        return {
-            "text": text,
-            "prompt_tokens": usage.get("prompt_tokens", 0),
-            "completion_tokens": usage.get("completion_tokens", 0),
-            "truncated_tokens": truncated,
-        }
+        return {**completion_result(data, stop), "truncated_tokens": truncated}
 
     async def context_length(self) -> int:
         """Tokens of context per slot (``/props``), read once; 0 when the server does not say."""

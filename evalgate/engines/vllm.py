@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -28,9 +27,11 @@ import httpx
 
 from evalgate.capacity import vllm_capacity
 from evalgate.engines._checkpoint import checkpoint_quantization
+from evalgate.engines._gpu import GPUEngine, GPUSettings
+from evalgate.engines._launch import server_address
 from evalgate.engines._vllm_diagnose import TESTED_VERSION, diagnose
 from evalgate.engines._vllm_scorer import VLLMScorer
-from evalgate.engines.base import ServerHandle, free_port, new_api_key, port_in_use, run_process
+from evalgate.engines.base import ServerHandle, run_process
 from evalgate.errors import ConfigError, ServerStartError
 from evalgate.variants import LaunchSpec, Variant
 
@@ -67,13 +68,14 @@ QUANT_KEYS = frozenset(
     }
 )
 KV_DTYPES = {"bf16": None, "fp8": "fp8_e4m3"}  # bf16: vLLM's default (auto = the model dtype)
-INT4_METHODS = ("compressed-tensors", "awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round")
 _SETTINGS = "evalgate.toml [vllm]"
 
 
 @dataclass(frozen=True)
-class VLLMSettings:
-    """Launch settings shared by both arms (anything here differing between arms is refused)."""
+class VLLMSettings(GPUSettings):
+    """Launch settings shared by both arms (anything here differing between arms is refused).
+
+    GPU placement, the start-up timeout, the interpreter and the concurrency are GPUSettings'."""
 
     model: str | None = None
     """The BF16 checkpoint (a local folder or a Hub id); variants with their own model override it."""
@@ -88,52 +90,30 @@ class VLLMSettings:
     chat_template: str | None = None
     generation_config: str = "vllm"
     """'vllm': vLLM's own sampling defaults on both arms; 'auto' reads each checkpoint's file."""
-    gpus: str | None = None
-    """CUDA_VISIBLE_DEVICES for every arm (arms run one after another), e.g. "0" or "0,1"."""
-    arm_gpus: tuple[tuple[str, str], ...] = ()
-    """Per-arm override of ``gpus``: (arm name, devices) pairs, e.g. (("candidate", "1"),)."""
-    ready_timeout_s: float = 900.0
-    python: str = "python"
-    """Interpreter that has vLLM installed (asked for its version); may be another environment."""
     launch_command: tuple[str, ...] = ()
     """Replaces ``vllm serve`` (e.g. a container wrapper, or a test server)."""
-    concurrency: int = 16
-    """Requests in flight per arm; vLLM batches them on the GPU."""
 
 
-def _is_int4(quant: dict[str, Any]) -> bool:
-    """An INT4 method whose declared weight bits (AWQ/GPTQ ``bits``, compressed-tensors groups) include 4."""
-    bits = {quant.get(k) for k in ("bits", "w_bit")} | {
-        ((group or {}).get("weights") or {}).get("num_bits")
-        for group in (quant.get("config_groups") or {}).values()
-    }
-    bits = {b for b in bits if isinstance(b, int)}
-    return str(quant.get("quant_method", "")) in INT4_METHODS and (not bits or 4 in bits)
-
-
-class VLLMEngine:
+class VLLMEngine(GPUEngine):
     name = "vllm"
+    label = "vLLM"
+    kv_dtypes = KV_DTYPES
+    quant_keys = QUANT_KEYS
+    model_setting = f"model in {_SETTINGS}"
+    bf16_fix = f"point model in {_SETTINGS} at the unquantized BF16 checkpoint"
+    int4_mismatch = "{model} is quantized with {quant_method!r}, not a 4-bit weight method"
+    settings: VLLMSettings
 
     def __init__(self, settings: VLLMSettings | None = None) -> None:
         self.settings = settings or VLLMSettings()
 
-    def version(self) -> str:
-        """The installed vLLM's version, asked of the interpreter that has it."""
-        code = "from importlib.metadata import version; print(version('vllm'))"
-        try:
-            proc = subprocess.run(
-                [self.settings.python, "-c", code], capture_output=True, text=True, timeout=60
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return "not installed"
-        return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "not installed"
+    @property
+    def default_model(self) -> str | None:
+        return self.settings.model
 
     # -- variant -> flags --------------------------------------------------------------------
-    def launch_spec(self, variant: Variant) -> LaunchSpec:
+    def _settings_args(self, variant: Variant) -> dict[str, str | None]:
         s = self.settings
-        if variant.kv not in KV_DTYPES:
-            raise ConfigError(f"vLLM has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'")
-        model = self._model(variant)
         args: dict[str, str | None] = {
             "--dtype": s.dtype,
             "--tensor-parallel-size": str(s.tensor_parallel_size),
@@ -154,56 +134,7 @@ class VLLMEngine:
         if s.tool_call_parser:
             args["--enable-auto-tool-choice"] = None
             args["--tool-call-parser"] = s.tool_call_parser
-        args.update(self._weight_args(variant, model))
-        for key, value in variant.args:
-            args[key] = value
-        return LaunchSpec(self.name, model, tuple(args.items()), tuple(sorted(variant.env)), QUANT_KEYS)
-
-    def _model(self, variant: Variant) -> str:
-        if variant.weights == "int4" and not variant.model:
-            raise ConfigError(
-                f"variant {variant.name!r} needs an INT4 checkpoint: vLLM does not quantize to INT4 itself",
-                fix=f"set the path in evalgate.toml: [variants.{variant.name}] model = '/path/to/Model-W4A16' "
-                "(a compressed-tensors, AWQ or GPTQ 4-bit checkpoint, group size 128)",
-            )
-        model = variant.model or self.settings.model
-        if not model:
-            raise ConfigError(
-                "vLLM needs a model checkpoint",
-                fix=f"set model in {_SETTINGS} to a Hugging Face checkpoint (a folder or Hub id)",
-            )
-        return model
-
-    def _weight_args(self, variant: Variant, model: str) -> dict[str, str | None]:
-        quant = checkpoint_quantization(model)
-        if variant.weights == "bf16":
-            if quant is not None:
-                raise ConfigError(
-                    f"the bf16 variant {variant.name!r} points at a quantized checkpoint ({model}: "
-                    f"quant_method {quant.get('quant_method')!r})",
-                    fix=f"point model in {_SETTINGS} at the unquantized BF16 checkpoint",
-                )
-            return {}
-        if variant.weights == "fp8":
-            # A Hub id given for this variant only (not the baseline's model) is taken to be a
-            # pre-quantized checkpoint too: its config.json is not here to read.
-            prequantized = quant is not None or (
-                variant.model is not None and not Path(model).exists() and model != self.settings.model
-            )
-            return {} if prequantized else {"--quantization": "fp8"}
-        if variant.weights == "int4":
-            if quant is None and Path(model).exists():
-                raise ConfigError(
-                    f"{model} has no quantization_config in its config.json, so it is not an INT4 checkpoint",
-                    fix="point the int4 variant at a 4-bit compressed-tensors, AWQ or GPTQ checkpoint",
-                )
-            if quant is not None and not _is_int4(quant):
-                raise ConfigError(
-                    f"{model} is quantized with {quant.get('quant_method')!r}, not a 4-bit weight method",
-                    fix=f"point the int4 variant at a 4-bit checkpoint ({', '.join(INT4_METHODS)})",
-                )
-            return {}  # vLLM reads the method from config.json and picks the kernel (e.g. Marlin)
-        raise ConfigError(f"vLLM has no weights type {variant.weights!r}", fix="use bf16, fp8 or int4")
+        return args
 
     # -- launching ---------------------------------------------------------------------------
     def command(self, spec: LaunchSpec, *, port: int, api_key: str) -> list[str]:
@@ -214,31 +145,19 @@ class VLLMEngine:
             cmd += [key] if value is None else [key, value]
         return cmd
 
-    def gpus_for(self, arm: str) -> str | None:
-        return dict(self.settings.arm_gpus).get(arm, self.settings.gpus)
-
     @contextlib.contextmanager
     def launch(
         self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
     ) -> Iterator[ServerHandle]:
-        if port is not None and port_in_use(port):
-            raise ServerStartError(
-                f"port {port} on 127.0.0.1 is already in use, so the {name} server cannot listen there",
-                fix="omit --port to let evalgate pick a free port, or stop whatever holds it",
-            )
-        port = port or free_port()
-        api_key = new_api_key()
-        base_url = f"http://127.0.0.1:{port}"
-        env = dict(spec.env)
+        port, api_key, base_url = server_address(port, name)
+        env = self.arm_env(spec, name)
         gpus = self.gpus_for(name)
-        if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpus
-            if len(gpus.split(",")) < self.settings.tensor_parallel_size:
-                raise ConfigError(
-                    f"the {name} arm gets GPUs {gpus!r}, fewer than tensor_parallel_size "
-                    f"{self.settings.tensor_parallel_size}",
-                    fix=f"give each arm as many GPUs as tensor_parallel_size (gpus / arm_gpus in {_SETTINGS})",
-                )
+        if gpus is not None and len(gpus.split(",")) < self.settings.tensor_parallel_size:
+            raise ConfigError(
+                f"the {name} arm gets GPUs {gpus!r}, fewer than tensor_parallel_size "
+                f"{self.settings.tensor_parallel_size}",
+                fix=f"give each arm as many GPUs as tensor_parallel_size (gpus / arm_gpus in {_SETTINGS})",
+            )
         seen: dict[str, Any] = {}
         cmd = self.command(spec, port=port, api_key=api_key)
         pgid: int | None = None

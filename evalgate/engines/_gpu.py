@@ -1,0 +1,170 @@
+"""What the two GPU engines, SGLang and vLLM, share: the same variant rules over a Hugging Face
+checkpoint, the same way of asking another interpreter for the engine's version, and the same GPU
+placement per arm. Only the flags and the readiness checks differ, and those stay in each engine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from evalgate.engines._checkpoint import INT4_METHODS, checkpoint_quantization, is_int4, weight_bits
+from evalgate.errors import ConfigError
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = ["GPUEngine", "GPUSettings", "package_version"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSettings:
+    """Settings both GPU engines have: where each arm runs, how long it may take to start, how many
+    requests it gets at once, and which interpreter has the engine."""
+
+    gpus: str | None = None
+    """CUDA_VISIBLE_DEVICES for every arm (arms run one after another), e.g. "0" or "0,1"."""
+    arm_gpus: tuple[tuple[str, str], ...] = ()
+    """Per-arm override of ``gpus``: (arm name, devices) pairs, e.g. (("candidate", "1"),)."""
+    ready_timeout_s: float = 900.0
+    python: str = "python"
+    """Interpreter that has the engine installed (asked for its version; SGLang is launched with it
+    too); it may be another environment than evalgate's."""
+    concurrency: int = 16
+    """Requests in flight per arm; the engine batches them on the GPU."""
+
+
+def package_version(python: str, package: str) -> str:
+    """``package``'s installed version as ``python`` sees it, or "not installed".
+
+    The engine may live in another environment than evalgate (its own CUDA and torch pins), so
+    the interpreter that will launch it is asked, not this one."""
+    code = f"from importlib.metadata import version; print(version({package!r}))"
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "not installed"
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "not installed"
+
+
+class GPUEngine:
+    """Variant rules, model choice, weight checks and GPU placement for an engine serving HF
+    checkpoints, so that both GPU engines refuse and place alike.
+
+    A subclass gives its flags from settings (``_settings_args``), its KV types and the keys that
+    may differ between arms, and gives its settings' checkpoint as ``default_model``. Its messages
+    name it (``label``), say where its model is set (``model_setting``, ``bf16_fix``) and how a
+    non-INT4 checkpoint is reported (``int4_mismatch``, formatted with model, quant_method as
+    config.json has it, method as text, and bits)."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    kv_dtypes: ClassVar[Mapping[str, str | None]]
+    quant_keys: ClassVar[frozenset[str]]
+    model_setting: ClassVar[str]
+    bf16_fix: ClassVar[str]
+    int4_mismatch: ClassVar[str]
+    settings: GPUSettings
+
+    @property
+    def default_model(self) -> str | None:
+        raise NotImplementedError
+
+    def _settings_args(self, variant: Variant) -> dict[str, str | None]:
+        """The engine's flags from its settings (equal on both arms) and the variant's KV type."""
+        raise NotImplementedError
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        """Settings flags, then the weights' flags, then the variant's own args (the last wins)."""
+        if variant.kv not in self.kv_dtypes:
+            raise ConfigError(
+                f"{self.label} has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'"
+            )
+        model = self._model(variant)
+        args = self._settings_args(variant)
+        args.update(self._weight_args(variant, model))
+        for key, value in variant.args:
+            args[key] = value
+        return LaunchSpec(self.name, model, tuple(args.items()), tuple(sorted(variant.env)), self.quant_keys)
+
+    def version(self) -> str:
+        """The installed engine's version (its package is named as the engine), asked of ``python``."""
+        return package_version(self.settings.python, self.name)
+
+    def gpus_for(self, arm: str) -> str | None:
+        return dict(self.settings.arm_gpus).get(arm, self.settings.gpus)
+
+    @property
+    def concurrent_arms(self) -> bool:
+        """Baseline and candidate on disjoint GPU sets can run at the same time (the runner asks)."""
+        base, cand = self.gpus_for("baseline"), self.gpus_for("candidate")
+        if not base or not cand:
+            return False
+        return not set(base.split(",")) & set(cand.split(","))
+
+    def arm_env(self, spec: LaunchSpec, arm: str) -> dict[str, str]:
+        """The spec's env plus CUDA_VISIBLE_DEVICES for ``arm``: placement, set outside the spec."""
+        env = dict(spec.env)
+        gpus = self.gpus_for(arm)
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus
+        return env
+
+    def _model(self, variant: Variant) -> str:
+        if variant.weights == "int4" and not variant.model:
+            raise ConfigError(
+                f"variant {variant.name!r} needs an INT4 checkpoint: {self.label} does not quantize to INT4 itself",
+                fix=f"set the path in evalgate.toml: [variants.{variant.name}] model = '/path/to/Model-W4A16' "
+                "(a compressed-tensors, AWQ or GPTQ 4-bit checkpoint, group size 128)",
+            )
+        model = variant.model or self.default_model
+        if not model:
+            raise ConfigError(
+                f"{self.label} needs a model checkpoint",
+                fix=f"set {self.model_setting} to a Hugging Face checkpoint (a folder or Hub id)",
+            )
+        return model
+
+    def _weight_args(self, variant: Variant, model: str) -> dict[str, str | None]:
+        """Flags for the variant's weights; refuses a checkpoint that is not what the variant says."""
+        quant = checkpoint_quantization(model)
+        if variant.weights == "bf16":
+            if quant is not None:
+                raise ConfigError(
+                    f"the bf16 variant {variant.name!r} points at a quantized checkpoint ({model}: "
+                    f"quant_method {quant.get('quant_method')!r})",
+                    fix=self.bf16_fix,
+                )
+            return {}
+        if variant.weights == "fp8":
+            # A checkpoint that says how it is quantized is loaded as it says: both engines refuse a
+            # --quantization that disagrees with config.json. A Hub id given for this variant only
+            # (not the baseline's model) is taken to be such a checkpoint too: its config.json is
+            # not here to read.
+            prequantized = quant is not None or (
+                variant.model is not None and not Path(model).exists() and model != self.default_model
+            )
+            return {} if prequantized else {"--quantization": "fp8"}
+        if variant.weights == "int4":
+            if quant is None and Path(model).exists():
+                raise ConfigError(
+                    f"{model} has no quantization_config in its config.json, so it is not an INT4 checkpoint",
+                    fix="point the int4 variant at a 4-bit compressed-tensors, AWQ or GPTQ checkpoint",
+                )
+            if quant is not None and not is_int4(quant):
+                raise ConfigError(
+                    self.int4_mismatch.format(
+                        model=model,
+                        quant_method=quant.get("quant_method"),
+                        method=str(quant.get("quant_method", "")),
+                        bits=sorted(weight_bits(quant)),
+                    ),
+                    fix=f"point the int4 variant at a 4-bit checkpoint ({', '.join(INT4_METHODS)})",
+                )
+            # a Hub id, or a 4-bit checkpoint: the engine reads the method from config.json and
+            # picks the kernel itself (e.g. awq -> awq_marlin)
+            return {}
+        raise ConfigError(
+            f"{self.label} has no weights type {variant.weights!r}", fix="use bf16, fp8 or int4"
+        )
