@@ -311,3 +311,19 @@ def test_concurrent_arms_only_on_disjoint_gpus() -> None:
     assert SGLangEngine(split).concurrent_arms
     overlap = SGLangSettings(model_path="/m", arm_gpus=(("baseline", "0,1"), ("candidate", "1,2")))
     assert not SGLangEngine(overlap).concurrent_arms
+
+
+def test_enough_gpus_give_each_arm_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    engine = SGLangEngine(SGLangSettings(model_path="/m", tp_size=2))
+    assert (engine.gpus_for("baseline"), engine.gpus_for("candidate"), engine.gpus_for("aa")) == (
+        "0,1",
+        "2,3",
+        "0,1",
+    )
+    assert engine.concurrent_arms
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")  # not enough for two arms of tp 2: take turns
+    engine = SGLangEngine(SGLangSettings(model_path="/m", tp_size=2))
+    assert engine.gpus_for("baseline") is None and not engine.concurrent_arms
+    pinned = SGLangEngine(SGLangSettings(model_path="/m", tp_size=2, gpus="3"))
+    assert pinned.gpus_for("candidate") == "3" and not pinned.concurrent_arms

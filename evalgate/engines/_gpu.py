@@ -5,6 +5,7 @@ placement per arm. Only the flags and the readiness checks differ, and those sta
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from evalgate.engines._checkpoint import INT4_METHODS, checkpoint_quantization, 
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["GPUEngine", "GPUSettings", "package_version"]
+__all__ = ["GPUEngine", "GPUSettings", "package_version", "visible_gpus"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,23 @@ def package_version(python: str, package: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "not installed"
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "not installed"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else what nvidia-smi lists."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip()]
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
 
 
 class GPUEngine:
@@ -92,8 +110,29 @@ class GPUEngine:
         """The installed engine's version (its package is named as the engine), asked of ``python``."""
         return package_version(self.settings.python, self.name)
 
+    @property
+    def tp_size(self) -> int:
+        """GPUs one arm's server spans (tensor parallelism)."""
+        raise NotImplementedError
+
     def gpus_for(self, arm: str) -> str | None:
-        return dict(self.settings.arm_gpus).get(arm, self.settings.gpus)
+        """The arm's CUDA_VISIBLE_DEVICES: as configured, else the automatic layout, else unset."""
+        if self.settings.gpus is not None or self.settings.arm_gpus:
+            return dict(self.settings.arm_gpus).get(arm, self.settings.gpus)
+        return self._auto_layout().get(arm)
+
+    def _auto_layout(self) -> dict[str, str]:
+        """With enough GPUs for both arms, baseline and candidate each get their own ``tp_size``
+        of them (and then run at the same time); otherwise both use the same GPUs in turn."""
+        cached: dict[str, str] | None = getattr(self, "_layout", None)
+        if cached is None:
+            tp, gpus = self.tp_size, visible_gpus()
+            cached = {}
+            if len(gpus) >= 2 * tp:
+                base, cand = ",".join(gpus[:tp]), ",".join(gpus[tp : 2 * tp])
+                cached = {"baseline": base, "candidate": cand, "aa": base}
+            self._layout = cached
+        return cached
 
     @property
     def concurrent_arms(self) -> bool:

@@ -93,6 +93,10 @@ class SGLangEngine(GPUEngine):
     def default_model(self) -> str | None:
         return self.settings.model_path
 
+    @property
+    def tp_size(self) -> int:
+        return self.settings.tp_size
+
     # -- variant -> flags --------------------------------------------------------------------
     def _settings_args(self, variant: Variant) -> dict[str, str | None]:
         s = self.settings

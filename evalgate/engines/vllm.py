@@ -111,6 +111,10 @@ class VLLMEngine(GPUEngine):
     def default_model(self) -> str | None:
         return self.settings.model
 
+    @property
+    def tp_size(self) -> int:
+        return self.settings.tensor_parallel_size
+
     # -- variant -> flags --------------------------------------------------------------------
     def _settings_args(self, variant: Variant) -> dict[str, str | None]:
         s = self.settings
