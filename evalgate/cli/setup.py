@@ -75,5 +75,8 @@ def run(args: argparse.Namespace) -> int:
         path = derived_gguf(weights, find_binary("llama-quantize"))
         print(f"{weights:5} {path}  sha256 {file_sha256(path)[:16]}")
     if getattr(args, "parsers", False):
-        print(f"sglang parser {install_parsers()}")
+        try:
+            print(f"sglang parser {install_parsers()}")
+        except InfraError as exc:  # optional: the tests fall back to the recorded option list
+            print(f"warning: {exc.render()}", file=sys.stderr)
     return 0
