@@ -65,3 +65,23 @@ def test_bad_config_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_report_on_a_folder_that_is_not_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(tmp_path)]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_attach_needs_both_urls_and_no_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["compare", "--suites", "arc_easy", "--limit", "2", "--out", str(tmp_path / "r")]
+    assert main([*base, "--baseline-url", "http://127.0.0.1:9"]) == 2
+    assert "needs both --baseline-url and --candidate-url" in capsys.readouterr().err
+    urls = ["--baseline-url", "http://127.0.0.1:9", "--candidate-url", "http://127.0.0.1:9"]
+    assert main([*base, *urls, "--engine", "sglang"]) == 2
+    assert "drop --engine" in capsys.readouterr().err
+    assert main([*base, *urls]) == 3  # nothing listens on port 9: named, with the fix
+    err = capsys.readouterr().err
+    assert "127.0.0.1:9" in err and "fix:" in err
+    assert not (tmp_path / "r").exists()  # refused before a run folder was made
+
+
+def test_sequential_refuses_non_inferiority(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["compare", "--sequential", "--policy", "non-inferiority", "--margin", "2pt",
+                 "--suites", "arc_easy", "--out", str(tmp_path / "r")])  # fmt: skip
+    assert code == 2
+    assert "--sequential tests for a difference or a regression" in capsys.readouterr().err
