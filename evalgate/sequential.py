@@ -209,6 +209,10 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
             console=console,
         ) as progress:
             for suite in plan.suites:
+                for scorer in scorers.values():
+                    flush = getattr(scorer, "flush_cache", None)
+                    if flush is not None:  # SGLang: no suite starts with another's radix cache
+                        await flush()
                 items = plan.items[suite.name]
                 by_id = {it.item_id: it for it in items}
                 bar = progress.add_task(f"sequential {suite.name}", total=len(items), state="")
