@@ -20,10 +20,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.special import betaln
+from scipy.special import betainc, betaln
 from scipy.stats import beta as _beta
 
-__all__ = ["SequentialResult", "sequential_evalue", "sequential_futile", "sequential_test"]
+__all__ = [
+    "SequentialResult",
+    "flip_evalue",
+    "flip_futile",
+    "sequential_evalue",
+    "sequential_futile",
+    "sequential_test",
+]
 
 
 @dataclass(frozen=True)
@@ -155,3 +162,59 @@ def sequential_futile(
     hi, lo = float(_beta.ppf(confidence, r + 1, s + 1)), float(_beta.ppf(1 - confidence, r + 1, s + 1))
     best = max(float(_log_evalue(r + more * share, s + more * (1 - share), a, b)) for share in (hi, lo))
     return best < threshold
+
+
+def _log_flip_evalue(flips: float, n: float, budget: float) -> float:
+    # log of (1/(1-b)) * integral_b^1 (q/b)^F ((1-q)/(1-b))^(n-F) dq, via the regularized beta
+    upper = 1.0 - float(betainc(flips + 1, n - flips + 1, budget))
+    if upper <= 0.0:
+        return -math.inf
+    return (
+        -flips * math.log(budget)
+        - (n - flips + 1) * math.log1p(-budget)
+        + float(betaln(flips + 1, n - flips + 1))
+        + math.log(upper)
+    )
+
+
+def flip_evalue(flips: int, n: int, *, budget: float) -> float:
+    """Always-valid e-value that the flip rate exceeds ``budget``: the binomial likelihood ratio of
+    q against ``budget``, mixed over q uniform on (budget, 1).
+
+    Each item multiplies it by q/b (a flip) or (1-q)/(1-b) (no flip), whose mean is at most 1
+    whenever the true rate is at most b, so it is a nonnegative supermartingale under H0 and
+    P(sup E >= 1/alpha) <= alpha (Ville): the flip gate may look after every chunk, like the
+    accuracy e-value, where the fixed-n binomial test of ``stats.flip_budget_test`` may not.
+    """
+    f, m = _count("flips", flips), _count("n", n)
+    if f > m:
+        raise ValueError(f"flips ({f}) cannot exceed n ({m})")
+    if not 0 < float(budget) < 1:
+        raise ValueError(f"budget must be in (0, 1), got {budget!r}")
+    return float(math.exp(_log_flip_evalue(f, m, float(budget))))
+
+
+def flip_futile(
+    flips: int,
+    *,
+    items_seen: int,
+    items_total: int,
+    budget: float,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    min_fraction: float = 0.2,
+) -> bool:
+    """Whether the flip e-value will almost surely not reach 1/alpha by the last item: even if the
+    items left flip at the ``confidence`` upper bound of the rate seen so far, it ends below.
+    Like ``sequential_futile``, checked only after ``min_fraction`` of the items; stopping for
+    futility never blocks, so it cannot raise the false-block rate."""
+    f, k, n = _count("flips", flips), _count("items_seen", items_seen), _count("items_total", items_total)
+    if f > k or k > n:
+        raise ValueError(f"inconsistent counts: {f} flips of {k} seen of {n} items")
+    threshold = math.log(1 / float(alpha))
+    if _log_flip_evalue(f + (n - k), n, budget) < threshold:
+        return True  # exact: not even if every item left flips
+    if k < min_fraction * n:
+        return False
+    rate = float(_beta.ppf(confidence, f + 1, k - f + 1))
+    return _log_flip_evalue(f + (n - k) * rate, n, budget) < threshold

@@ -209,6 +209,9 @@ def decide(
                 agreement_row(suite, metrics[0], pairs, budget=budget, budget_source=source,
                               aa_flip_rate=aa_rate.get(suite))
             )  # fmt: skip
+    for a in agreement:
+        if sequential and a.suite in sequential and a.n > 0:  # the fixed-n binomial is not valid there
+            a.p_value = float(sequential[a.suite].flip_pvalue)
     family: list[Row | AgreementRow] = [r for r in rows if r.primary and r.n > 0]
     family += [a for a in agreement if a.n > 0]
     adjusted = stats.holm([r.p_value for r in family]) if family else []
@@ -303,8 +306,9 @@ def _row_status(row: Row, policy: GatePolicy) -> tuple[str, str]:
     where = f"delta {row.delta * 100:+.1f} pt, CI [{row.ci_low * 100:+.1f}, {row.ci_high * 100:+.1f}], p = {row.p_value:.3g}"
     if row.sequential:
         sq = row.sequential
+        why = f"{sq['decision']} on {sq['blocked_by']}" if sq.get("blocked_by") else sq["decision"]
         where += (
-            f"; sequential: {sq['decision']} after {sq['used']}/{sq['planned']} items, "
+            f"; sequential: stopped after {sq['used']}/{sq['planned']} items ({why}), "
             f"max E = {sq['evalue_max']:.3g}, always-valid p"
         )
     if row.n == 0:

@@ -1,12 +1,14 @@
 """``compare --sequential``: both arms up at once, items in chunks, each suite stops as soon as it can.
 
 Items run in a seeded shuffled order (recorded as the manifest's ``item_ids``). After each chunk
-has run on both arms, the suite's discordant pairs, in that order, give an always-valid
-e-value (``stats.sequential_evalue``). The suite stops with BLOCK once E reaches K/alpha
-(Bonferroni over the K suites, so stopping one suite never depends on another), or as futile
-once ``stats.sequential_futile`` says 1/alpha is out of reach. The verdict is recomputed
-from the records by ``replay``, the same function the loop used, so a report re-render or a
-resumed run reaches exactly the decisions the live run did.
+has run on both arms, two always-valid e-values are updated: one on the discordant pairs in that
+order (``stats.sequential_evalue``: did accuracy change?) and, with the agreement gate, one on
+the flip count (``stats.flip_evalue``: do more answers flip than the budget?). Each test gets
+alpha over the number of tests in the family (Bonferroni, so one suite's stop never depends on
+another). A suite stops with BLOCK once either e-value reaches that bound, and as futile once
+neither can (``stats.sequential_futile``, ``stats.flip_futile``). The verdict is recomputed from
+the records by ``replay``, the same function the loop used, so a report re-render or a resumed
+run reaches exactly the decisions the live run did.
 """
 
 from __future__ import annotations
@@ -24,11 +26,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evalgate.errors import ConfigError, PreflightError
 from evalgate.manifest import utc_now, write_manifest
 from evalgate.records import Pair, RecordStore, pair_records
-from evalgate.stats import sequential_evalue, sequential_futile
+from evalgate.stats import flip_evalue, flip_futile, sequential_evalue, sequential_futile
 from evalgate.suites import Item
 from evalgate.suites._base import stable_seed
 
-__all__ = ["DEFAULT_CHUNK", "SequentialOutcome", "replay", "replay_stream", "run_sequential", "shuffled"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "SequentialOutcome",
+    "SequentialRule",
+    "replay",
+    "replay_stream",
+    "rule_for",
+    "run_sequential",
+    "shuffled",
+]
 
 DEFAULT_CHUNK = 50
 ARMS = ("baseline", "candidate")
@@ -36,16 +47,18 @@ ARMS = ("baseline", "candidate")
 
 @dataclass(frozen=True)
 class SequentialOutcome:
-    """Where one suite's sequential test stands after the looks its records allow."""
+    """Where one suite's sequential tests stand after the looks its records allow."""
 
     decision: str  # "block", "futile", "complete" (all items, no crossing) or "running"
     used: int  # items consumed when the decision was made
     planned: int
     looks: int
-    evalue: float  # E at the decision
-    evalue_max: float  # the running maximum over looks: 1 / evalue_max is an always-valid p
+    evalue: float  # accuracy E at the decision
+    evalue_max: float  # its running maximum over looks: 1 / evalue_max is an always-valid p
     regressions: int
     improvements: int
+    flip_evalue_max: float = 1.0  # the flip-budget e-value's running maximum (agreement gate)
+    blocked_by: str = ""  # "accuracy" or "agreement" when decision is "block"
 
     @property
     def pvalue(self) -> float:
@@ -53,11 +66,37 @@ class SequentialOutcome:
         return min(1.0, 1.0 / self.evalue_max) if self.evalue_max > 0 else 1.0
 
     @property
+    def flip_pvalue(self) -> float:
+        return min(1.0, 1.0 / self.flip_evalue_max) if self.flip_evalue_max > 0 else 1.0
+
+    @property
     def saved(self) -> float:
         return 1.0 - self.used / self.planned if self.planned else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "pvalue": self.pvalue, "saved": round(self.saved, 4)}
+        out = {**asdict(self), "pvalue": self.pvalue, "saved": round(self.saved, 4)}
+        return {**out, "flip_pvalue": self.flip_pvalue}
+
+
+@dataclass(frozen=True)
+class SequentialRule:
+    """The settings every look of a run uses; built once from the run's request, so the live loop
+    and a re-render from the files apply the very same rule."""
+
+    chunk: int
+    alpha: float  # per test: the family's alpha over the number of tests
+    one_sided: bool = False
+    flip_budget: float | None = None  # None: no agreement gate
+    """With the agreement gate, each suite has two tests in the family, so each gets alpha / 2K."""
+
+
+def rule_for(*, chunk: int, alpha: float, n_suites: int, policy: str, agreement_gate: bool,
+             flip_budget: float | None) -> SequentialRule:  # fmt: skip
+    from evalgate.agreement import DEFAULT_FLIP_BUDGET
+
+    tests = max(1, n_suites) * (2 if agreement_gate else 1)
+    budget = (flip_budget if flip_budget is not None else DEFAULT_FLIP_BUDGET) if agreement_gate else None
+    return SequentialRule(int(chunk), alpha / tests, policy == "regression", budget)
 
 
 def shuffled(items: Sequence[Item], *, seed: int, suite: str) -> list[Item]:
@@ -74,13 +113,7 @@ def _binary(pair: Pair, metric: str) -> tuple[int, int]:
 
 
 def replay(
-    order: Sequence[str],
-    pairs: Mapping[str, Pair],
-    *,
-    metric: str,
-    chunk: int,
-    alpha: float,
-    one_sided: bool = False,
+    order: Sequence[str], pairs: Mapping[str, Pair], *, metric: str, rule: SequentialRule
 ) -> SequentialOutcome:
     """Walk ``order`` in chunks, looking after each chunk whose items all have pairs.
 
@@ -92,7 +125,14 @@ def replay(
     while ready < n and order[ready] in pairs:
         ready += 1
     codes = [_code(*_binary(pairs[i], metric)) for i in order[:ready]]
-    return replay_stream(codes, n_total=n, chunk=chunk, alpha=alpha, one_sided=one_sided)
+    return replay_stream(
+        codes,
+        n_total=n,
+        chunk=rule.chunk,
+        alpha=rule.alpha,
+        one_sided=rule.one_sided,
+        flip_budget=rule.flip_budget,
+    )
 
 
 def _code(baseline: int, candidate: int) -> int:
@@ -100,24 +140,35 @@ def _code(baseline: int, candidate: int) -> int:
 
 
 def replay_stream(
-    codes: Sequence[int], *, n_total: int, chunk: int, alpha: float, one_sided: bool = False
+    codes: Sequence[int],
+    *,
+    n_total: int,
+    chunk: int,
+    alpha: float,
+    one_sided: bool = False,
+    flip_budget: float | None = None,
 ) -> SequentialOutcome:
     """The sequential rule on per-item codes (1 regression, 0 improvement, -1 same) seen so far.
 
-    ``alpha`` is this suite's share of the family-wise rate. ``one_sided`` (the regression
-    policy) counts the e-value only while regressions outnumber improvements. A look happens
-    after every full chunk (and after the last, shorter one); codes past the last complete
-    chunk wait for the rest of it.
+    ``alpha`` is each test's share of the family-wise rate. ``one_sided`` (the regression
+    policy) counts the accuracy e-value only while regressions outnumber improvements. With
+    ``flip_budget`` the agreement gate runs as its own e-value on the flip count. A look happens
+    after every full chunk (and after the last, shorter one). A suite stops with BLOCK when
+    either e-value reaches 1/alpha, and as futile when neither can any more.
     """
     if chunk < 1:
         raise ConfigError(f"--chunk must be at least 1, got {chunk}", fix="the default is 50")
     r = s = looks = 0
-    e = e_max = 1.0
+    e = e_max = f_max = 1.0
     threshold = 1.0 / alpha
+
+    def outcome(decision: str, used: int, by: str = "") -> SequentialOutcome:
+        return SequentialOutcome(decision, used, n_total, looks, e, e_max, r, s, f_max, by)
+
     for start in range(0, n_total, chunk):
         end = min(start + chunk, n_total)
         if end > len(codes):
-            return SequentialOutcome("running", start, n_total, looks, e, e_max, r, s)
+            return outcome("running", start)
         for code in codes[start:end]:
             r += code == 1
             s += code == 0
@@ -125,27 +176,37 @@ def replay_stream(
         e = sequential_evalue(r, s)
         if not one_sided or r > s:
             e_max = max(e_max, e)
-        if e_max >= threshold:
-            return SequentialOutcome("block", end, n_total, looks, e, e_max, r, s)
+        if flip_budget is not None:
+            f_max = max(f_max, flip_evalue(r + s, end, budget=flip_budget))
+        if e_max >= threshold or f_max >= threshold:
+            return outcome("block", end, "accuracy" if e_max >= threshold else "agreement")
         if end < n_total and sequential_futile(r, s, items_seen=end, items_total=n_total, alpha=alpha):
-            return SequentialOutcome("futile", end, n_total, looks, e, e_max, r, s)
-    return SequentialOutcome("complete", n_total, n_total, looks, e, e_max, r, s)
+            if flip_budget is None or flip_futile(
+                r + s, items_seen=end, items_total=n_total, budget=flip_budget, alpha=alpha
+            ):
+                return outcome("futile", end)
+    return outcome("complete", n_total)
+
+
+def run_rule(manifest: Mapping[str, Any]) -> SequentialRule:
+    req = manifest.get("request") or {}
+    return rule_for(
+        chunk=int(manifest["sequential"]["chunk"]),
+        alpha=float(manifest["alpha"]),
+        n_suites=len(manifest["suites"]),
+        policy=str(manifest.get("policy", "difference")),
+        agreement_gate=bool(req.get("agreement_gate", True)),
+        flip_budget=req.get("flip_budget"),
+    )
 
 
 def outcomes(run: Any) -> dict[str, SequentialOutcome]:
     """Each suite's outcome, from a RunData's manifest and records alone."""
-    seq = run.manifest.get("sequential") or {}
-    k = max(1, len(run.manifest["suites"]))
+    rule = run_rule(run.manifest)
     out = {}
     for suite, meta in run.manifest["suites"].items():
         by_id = {p.item_id: p for p in run.pairs[suite] if p.repeat == 0}
-        out[suite] = replay(
-            meta["item_ids"],
-            by_id,
-            metric=meta["metrics"][0],
-            chunk=int(seq["chunk"]),
-            alpha=run.manifest["alpha"] / k,
-        )
+        out[suite] = replay(meta["item_ids"], by_id, metric=meta["metrics"][0], rule=rule)
     return out
 
 
@@ -184,7 +245,7 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
 
     scorers = {arm: plan.engine.scorer(h, seed=plan.request.seed) for arm, h in handles.items()}
     seq = plan.manifest["sequential"]
-    alpha = plan.request.alpha / max(1, len(plan.suites))
+    rule = run_rule(plan.manifest)
     concurrent = bool(getattr(plan.engine, "concurrent_arms", False))
     try:
         prints = {}
@@ -218,13 +279,7 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
                 bar = progress.add_task(f"sequential {suite.name}", total=len(items), state="")
                 while True:
                     pairs = _pairs(store, suite.name, errors_as_wrong=plan.request.errors_as_wrong)
-                    state = replay(
-                        [it.item_id for it in items],
-                        pairs,
-                        metric=suite.metrics[0],
-                        chunk=seq["chunk"],
-                        alpha=alpha,
-                    )
+                    state = replay([it.item_id for it in items], pairs, metric=suite.metrics[0], rule=rule)
                     progress.update(
                         bar, completed=state.used, state=f"E = {state.evalue:.3g} ({state.decision})"
                     )
@@ -289,5 +344,9 @@ def summary_note(outs: Mapping[str, SequentialOutcome]) -> str:
     """One line for the verdict notes: what each suite used and why it stopped."""
     used = sum(o.used for o in outs.values())
     planned = sum(o.planned for o in outs.values()) or 1
-    parts = [f"{s} {o.used}/{o.planned} ({o.decision}, E = {o.evalue_max:.3g})" for s, o in outs.items()]
+    parts = [
+        f"{s} {o.used}/{o.planned} ({o.decision}{' on ' + o.blocked_by if o.blocked_by else ''}, "
+        f"E = {o.evalue_max:.3g}, flip E = {o.flip_evalue_max:.3g})"
+        for s, o in outs.items()
+    ]
     return f"sequential: {', '.join(parts)}; used {used / planned:.0%} of the items, saved {1 - used / planned:.0%}"

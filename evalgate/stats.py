@@ -23,6 +23,8 @@ from scipy import stats as _st
 from evalgate._stats_sequential import (
     SequentialResult,
     _count,
+    flip_evalue,
+    flip_futile,
     sequential_evalue,
     sequential_futile,
     sequential_test,
@@ -37,6 +39,8 @@ __all__ = [
     "SequentialResult",
     "choice_kl",
     "flip_budget_test",
+    "flip_evalue",
+    "flip_futile",
     "holm",
     "mcnemar",
     "mde",
