@@ -201,7 +201,7 @@ def test_finish_compare_moves_sweeps_into_the_manifest(tmp_path: Path) -> None:
 def test_cli_attaches_to_given_urls_prints_ratio_and_writes_json(
     serve: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    slow, quick = serve(Script(itl_s=0.012)), serve(Script(itl_s=0.004))
+    slow, quick = serve(Script(itl_s=0.03)), serve(Script(itl_s=0.003))
     monkeypatch.setenv("EVALGATE_API_KEY", "secret-key")
     out = tmp_path / "bench"
     argv = ["bench", "--baseline-url", slow.url, "--candidate-url", quick.url, "--levels", "1,2"]
@@ -213,7 +213,11 @@ def test_cli_attaches_to_given_urls_prints_ratio_and_writes_json(
     assert "output tok/s by concurrency" in printed and "throughput.json" in printed
     doc = json.loads((out / "throughput.json").read_text())
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
-    assert all(lv["ratio"] > 1.2 for lv in doc["levels"])  # the candidate streams ~3x faster
+    for lv in doc["levels"]:  # the ratio is candidate over baseline tok/s, whatever the machine's noise
+        assert lv["ratio"] == pytest.approx(lv["candidate_tok_s"] / lv["baseline_tok_s"], rel=2e-3)
+        assert (
+            lv["ratio"] > 1.0
+        )  # a stub that streams 10x faster (not a timing claim: speed lives in benchmarks/)
     assert f"{doc['levels'][0]['ratio']:.2f}x" in printed
     assert doc["engine"] == "external" and "secret-key" not in json.dumps(doc)
     assert slow.completions()[0]["auth"] == "Bearer secret-key"
