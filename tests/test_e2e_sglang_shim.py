@@ -140,3 +140,39 @@ def test_sglang_scorer_through_the_shim_matches_llama_server(upstream: ServerHan
     batches = out["stats"]["generate_batches"]
     assert [len(choices) for _, choices in ITEMS] == [b for b in batches if b > 1]  # one request per question
     assert out["server_info"]["kv_cache_dtype"] == "fp8_e4m3" and "api_key" not in out["server_info"]
+
+
+def test_compare_runs_end_to_end_on_the_sglang_engine(
+    upstream: ServerHandle, tmp_path: Path, data_dir: Path
+) -> None:
+    """`evalgate compare --engine sglang`, every runner path (launch, preflight, /flush_cache between
+    suites, batched /generate loglikelihood, generation, records, verdict) over the shim."""
+    from evalgate.cli import main
+
+    checkpoint = tmp_path / "SmolLM2-135M-Instruct"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    shim = [sys.executable, str(SHIM), "--upstream", upstream.base_url, "--upstream-key", upstream.api_key]
+    config = tmp_path / "evalgate.toml"
+    config.write_text(
+        f"[sglang]\nmodel_path = {json.dumps(str(checkpoint))}\nlaunch_command = {json.dumps(shim)}\n"
+        "ready_timeout_s = 60\nconcurrency = 4\n"
+    )
+    run = tmp_path / "run"
+    code = main(["compare", "--engine", "sglang", "--config", str(config), "--baseline", "bf16",
+                 "--candidate", "fp8kv", "--suites", "arc_easy,gsm8k", "--limit", "6", "--max-gen-tokens", "48",
+                 "--data-dir", str(data_dir), "--out", str(run), "--skip-kernel-check"])  # fmt: skip
+    # the shim serves both arms from one llama-server, so the pair is an A/A: nothing may flip
+    assert code == 0
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["engine"] == "sglang"
+    for arm, kv in (("baseline", "auto"), ("candidate", "fp8_e4m3")):
+        assert ["--kv-cache-dtype", kv] in m["launch"][arm]["args"]
+        assert "max_total_num_tokens" in m["arms"][arm]["server"]
+        command = m["arms"][arm]["command"]
+        assert command[command.index("--api-key") + 1] == "***"  # the arm's own key never lands on disk
+        for suite in ("arc_easy", "gsm8k"):
+            lines = (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()
+            assert len(lines) == 6 and all(json.loads(line)["error"] is None for line in lines)
+    v = json.loads((run / "verdict.json").read_text())
+    assert v["verdict"] == "PASS" and all(r["n10"] == r["n01"] == 0 for r in v["suites"])
