@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests._background import background_apps
 
 __all__ = ["Script", "Stub", "stub_servers"]
 
@@ -125,28 +126,15 @@ def stub_servers() -> Iterator[Callable[..., Stub]]:
     """Yield ``start(script) -> Stub``; every stub started is stopped when the generator closes.
 
     Stubs run in a background event loop, since the code under test runs its own asyncio.run."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    runners: list[web.AppRunner] = []
+    apps = background_apps(handler_cancellation=True)
+    serve = next(apps)
 
     def start(script: Script | None = None) -> Stub:
         stub = Stub(script or Script())
-
-        async def up() -> str:
-            runner = web.AppRunner(_app(stub), handler_cancellation=True)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            runners.append(runner)
-            return f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-        stub.url = asyncio.run_coroutine_threadsafe(up(), loop).result(10)
+        stub.url = serve(_app(stub))
         return stub
 
-    yield start
-    for runner in runners:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.close()
+    try:
+        yield start
+    finally:
+        apps.close()

@@ -9,7 +9,6 @@ import hashlib
 import importlib.util
 import json
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from evalgate.engines.external import (
 from evalgate.errors import ConfigError, PreflightError, ServerStartError
 from evalgate.variants import Variant, parse_variant, require_only_quantization
 
+from ._background import background_apps
 from .conftest import needs_models
 
 LLAMA_PROPS = {
@@ -123,31 +123,18 @@ def _app(d: Double) -> web.Application:
 def serve() -> Iterator[Callable[..., Double]]:
     """``serve(kind, **script) -> Double`` on 127.0.0.1, in a background loop (the code under test
     runs its own asyncio.run and sync httpx)."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    runners: list[web.AppRunner] = []
+    apps = background_apps()
+    serve_app = next(apps)
 
     def start(kind: str, **script: Any) -> Double:
         double = Double(kind, **script)
-
-        async def up() -> str:
-            runner = web.AppRunner(_app(double))
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            runners.append(runner)
-            return f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-        double.url = asyncio.run_coroutine_threadsafe(up(), loop).result(10)
+        double.url = serve_app(_app(double))
         return double
 
-    yield start
-    for runner in runners:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.close()
+    try:
+        yield start
+    finally:
+        apps.close()
 
 
 @pytest.fixture(autouse=True)
