@@ -62,21 +62,7 @@ def _run_arms(plan: RunPlan, console: Console) -> None:
         if not live:
             continue
         with contextlib.ExitStack() as stack:
-            handles = {}
-            for arm in live:
-                handle = stack.enter_context(
-                    plan.engine.launch(plan.specs[arm], name=arm, log_dir=plan.run_dir / "logs")
-                )
-                handles[arm] = handle
-                plan.manifest["arms"][arm].update(
-                    {
-                        "command": handle.command,
-                        "started_utc": utc_now(),
-                        "server": handle.info,
-                        "pid": handle.process.pid if handle.process else None,
-                    }
-                )
-            write_manifest(plan.run_dir, plan.manifest)
+            handles = launch_arms(plan, stack, live)
             results = asyncio.run(_run_group(plan, handles, todo, store, console))
             for arm, timings in results.items():
                 info = plan.manifest["arms"][arm]
@@ -92,17 +78,48 @@ def _run_arms(plan: RunPlan, console: Console) -> None:
                     _sweep(plan, arm, handles[arm], console)
                 fingerprints[arm] = info["tokenizer_fingerprint"]
             write_manifest(plan.run_dir, plan.manifest)
-    if len(set(fingerprints.values())) > 1:
-        raise PreflightError(
-            f"the arms tokenize differently ({fingerprints}), so their prompts are not the same",
-            fix="a quantized checkpoint must keep the baseline's tokenizer; check the model files",
-        )
+    require_one_tokenizer(fingerprints)
     if plan.request.with_throughput:
         from evalgate.bench import finish_compare
 
         finish_compare(plan.run_dir, plan.manifest)  # -> manifest["throughput"] and throughput.json
     plan.manifest["finished_utc"] = utc_now()
     write_manifest(plan.run_dir, plan.manifest)
+
+
+def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str]) -> dict[str, Any]:
+    """Launch ``arms`` inside ``stack`` (all stop when it closes) and record each in the manifest."""
+    handles = {}
+    for arm in arms:
+        handle = stack.enter_context(
+            plan.engine.launch(plan.specs[arm], name=arm, log_dir=plan.run_dir / "logs")
+        )
+        handles[arm] = handle
+        plan.manifest["arms"].setdefault(arm, {}).update(
+            {
+                "command": handle.command,
+                "started_utc": utc_now(),
+                "server": handle.info,
+                "pid": handle.process.pid if handle.process else None,
+            }
+        )
+    write_manifest(plan.run_dir, plan.manifest)
+    return handles
+
+
+def require_one_tokenizer(fingerprints: dict[str, str]) -> None:
+    if len(set(fingerprints.values())) > 1:
+        raise PreflightError(
+            f"the arms tokenize differently ({fingerprints}), so their prompts are not the same",
+            fix="a quantized checkpoint must keep the baseline's tokenizer; check the model files",
+        )
+
+
+async def flush_cache(scorer: Any) -> None:
+    """SGLang: no suite starts with another's radix cache (other engines have nothing to flush)."""
+    flush = getattr(scorer, "flush_cache", None)
+    if flush is not None:
+        await flush()
 
 
 def _arm_groups(plan: RunPlan) -> list[list[str]]:
@@ -174,19 +191,17 @@ async def _run_arm(
             items = todo[suite.name]
             if not items:
                 continue
-            flush = getattr(scorer, "flush_cache", None)
-            if flush is not None:  # SGLang: no suite starts with another's radix cache
-                await flush()
+            await flush_cache(scorer)
             bar = progress.add_task(f"{arm:9} {variant:10} {suite.name}", total=len(items))
             t0 = time.perf_counter()
-            await _run_suite(plan, suite, items, scorer, store, arm, variant, progress, bar)
+            await run_suite(plan, suite, items, scorer, store, arm, variant, progress, bar)
             out[suite.name] = round(time.perf_counter() - t0, 2)
         return out
     finally:
         await scorer.aclose()
 
 
-async def _run_suite(
+async def run_suite(
     plan: RunPlan,
     suite: Suite,
     items: list[Item],

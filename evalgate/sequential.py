@@ -23,9 +23,10 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from evalgate.errors import ConfigError, PreflightError
+from evalgate.errors import ConfigError
 from evalgate.manifest import utc_now, write_manifest
 from evalgate.records import Pair, RecordStore, pair_records
+from evalgate.runner import flush_cache, launch_arms, require_one_tokenizer, run_suite
 from evalgate.stats import flip_evalue, flip_futile, sequential_evalue, sequential_futile
 from evalgate.suites import Item
 from evalgate.suites._base import stable_seed
@@ -219,22 +220,7 @@ def run_sequential(plan: Any, console: Console) -> None:
         )
     store = RecordStore(plan.run_dir)
     with contextlib.ExitStack() as stack:
-        handles = {}
-        for arm in ARMS:
-            handle = stack.enter_context(
-                plan.engine.launch(plan.specs[arm], name=arm, log_dir=plan.run_dir / "logs")
-            )
-            handles[arm] = handle
-            info = plan.manifest["arms"].setdefault(arm, {})
-            info.update(
-                {
-                    "command": handle.command,
-                    "started_utc": utc_now(),
-                    "server": handle.info,
-                    "pid": handle.process.pid if handle.process else None,
-                }
-            )
-        write_manifest(plan.run_dir, plan.manifest)
+        handles = launch_arms(plan, stack, ARMS)
         asyncio.run(_loop(plan, handles, store, console))
     plan.manifest["finished_utc"] = utc_now()
     write_manifest(plan.run_dir, plan.manifest)
@@ -255,11 +241,7 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
                 {"tokenizer_fingerprint": report.tokenizer_fingerprint, "preflight": report.checks}
             )
             prints[arm] = report.tokenizer_fingerprint
-        if len(set(prints.values())) > 1:
-            raise PreflightError(
-                f"the arms tokenize differently ({prints}), so their prompts are not the same",
-                fix="a quantized checkpoint must keep the baseline's tokenizer; check the model files",
-            )
+        require_one_tokenizer(prints)
         write_manifest(plan.run_dir, plan.manifest)
         with Progress(
             TextColumn("[bold]{task.description}"),
@@ -271,11 +253,8 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
         ) as progress:
             for suite in plan.suites:
                 for scorer in scorers.values():
-                    flush = getattr(scorer, "flush_cache", None)
-                    if flush is not None:  # SGLang: no suite starts with another's radix cache
-                        await flush()
+                    await flush_cache(scorer)
                 items = plan.items[suite.name]
-                by_id = {it.item_id: it for it in items}
                 bar = progress.add_task(f"sequential {suite.name}", total=len(items), state="")
                 while True:
                     pairs = _pairs(store, suite.name, errors_as_wrong=plan.request.errors_as_wrong)
@@ -287,9 +266,7 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
                         seq["suites"][suite.name] = state.to_dict()
                         write_manifest(plan.run_dir, plan.manifest)
                         break
-                    block = [
-                        by_id[i] for i in [it.item_id for it in items][state.used : state.used + seq["chunk"]]
-                    ]
+                    block = items[state.used : state.used + seq["chunk"]]
                     runs = [_chunk(plan, suite, block, scorers[arm], store, arm, progress) for arm in ARMS]
                     if concurrent:  # one GPU set per arm: both arms at once
                         await asyncio.gather(*runs)
@@ -317,15 +294,13 @@ def _pairs(store: RecordStore, suite: str, *, errors_as_wrong: bool) -> dict[str
 async def _chunk(
     plan: Any, suite: Any, block: list[Item], scorer: Any, store: RecordStore, arm: str, progress: Progress
 ) -> None:
-    from evalgate.runner import _run_suite
-
     done = store.load(suite.name, arm)
     todo = [it for it in block if (r := done.get((suite.name, it.item_id, 0))) is None or r.error is not None]
     if not todo:
         return
     variant = plan.manifest["variants"][arm]["name"]
     hidden = progress.add_task("", total=len(todo), visible=False)
-    await _run_suite(plan, suite, todo, scorer, store, arm, variant, progress, hidden)
+    await run_suite(plan, suite, todo, scorer, store, arm, variant, progress, hidden)
     errors = [
         r
         for r in store.load(suite.name, arm).values()
