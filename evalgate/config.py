@@ -45,20 +45,14 @@ class LlamaCppConfig(BaseModel):
     )
 
 
-class SGLangConfig(BaseModel):
-    """``[sglang]``: see ``evalgate.engines.sglang.SGLangSettings`` for what each field does."""
+class _GPUConfig(BaseModel):
+    """Fields both GPU engines' sections have (``evalgate.engines._gpu.GPUSettings`` and the rest)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    model_path: str | None = Field(None, description="BF16 checkpoint folder or Hub id.")
-    tp_size: int = Field(1, ge=1)
-    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
     dtype: str = "bfloat16"
-    random_seed: int = 1234
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
-    context_length: int | None = Field(None, ge=1)
     chat_template: str | None = None
-    kv_scales_path: str | None = None
     gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for every arm.")
     arm_gpus: dict[str, str] = Field(
         default_factory=dict, description="Per-arm devices, e.g. {candidate = '1'}."
@@ -69,40 +63,33 @@ class SGLangConfig(BaseModel):
     concurrency: int = Field(16, ge=1)
 
     def settings(self) -> dict[str, Any]:
+        """Keyword arguments for the engine's frozen settings dataclass (tuples, not lists)."""
         out = self.model_dump()
         out["arm_gpus"] = tuple(sorted(self.arm_gpus.items()))
         out["launch_command"] = tuple(self.launch_command)
         return out
 
 
-class VLLMConfig(BaseModel):
+class SGLangConfig(_GPUConfig):
+    """``[sglang]``: see ``evalgate.engines.sglang.SGLangSettings`` for what each field does."""
+
+    model_path: str | None = Field(None, description="BF16 checkpoint folder or Hub id.")
+    tp_size: int = Field(1, ge=1)
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    random_seed: int = 1234
+    context_length: int | None = Field(None, ge=1)
+    kv_scales_path: str | None = None
+
+
+class VLLMConfig(_GPUConfig):
     """``[vllm]``: see ``evalgate.engines.vllm.VLLMSettings`` for what each field does."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     model: str | None = Field(None, description="BF16 checkpoint folder or Hub id.")
-    dtype: str = "bfloat16"
     tensor_parallel_size: int = Field(1, ge=1)
     seed: int = 1234
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=1)
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
-    chat_template: str | None = None
     generation_config: str = "vllm"
-    gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for every arm.")
-    arm_gpus: dict[str, str] = Field(
-        default_factory=dict, description="Per-arm devices, e.g. {candidate = '1'}."
-    )
-    ready_timeout_s: float = Field(900.0, gt=0)
-    python: str = "python"
-    launch_command: list[str] = Field(default_factory=list)
-    concurrency: int = Field(16, ge=1)
-
-    def settings(self) -> dict[str, Any]:
-        out = self.model_dump()
-        out["arm_gpus"] = tuple(sorted(self.arm_gpus.items()))
-        out["launch_command"] = tuple(self.launch_command)
-        return out
 
 
 class VariantConfig(BaseModel):
