@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from evalgate.cli.setup import SGLANG_PARSER_PACKAGES, SGLANG_VERSION, parser_di
 from evalgate.engines._sglang_scorer import loglikelihood_payload
 from evalgate.engines.sglang import SGLangEngine, SGLangSettings
 from evalgate.variants import BUILTIN_VARIANTS, Variant, parse_variant
+from tests._subprocess import run_json
 
 SGLANG_PARSER_INSTALL = (
     "evalgate setup --parsers (or pip install --no-deps --target DIR "
@@ -126,17 +125,7 @@ def test_commands_parse_with_sglangs_own_parser(tmp_path: Path) -> None:
         "generate": [loglikelihood_payload([(i[:3], i[3:]) for i in ids])],
         "responses": [response],
     }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run(
-        [sys.executable, "-c", PARSE],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_json(PARSE, job, pythonpath=path)
     assert result["errors"] == []
     parsed = {
         p["kv_cache_dtype"] + "/" + str(p["quantization"]) + "/" + p["model_path"] for p in result["parsed"]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import pytest
 from evalgate.engines._vllm_scorer import loglikelihood_payload, read_continuation_logprobs
 from evalgate.engines.vllm import VLLMEngine, VLLMSettings
 from evalgate.variants import BUILTIN_VARIANTS, Variant, parse_variant
+from tests._subprocess import run_json
 from tests.test_vllm_scorer import encode, fake_completion, fake_detokenize, fake_tokenize
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -152,18 +151,9 @@ def run_with_vllm(code: str, job: dict[str, object]) -> dict[str, object]:
             f"vLLM is not importable: {VLLM_PARSER_INSTALL}, then EVALGATE_VLLM_PARSER_PATH=DIR (needs torch, "
             "the [kernels] extra); the option-list test checks the flags without it"
         )
-    env = {**os.environ, "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
+    return run_json(
+        code, job, pythonpath=path, env={"VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu")}
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def test_commands_parse_with_vllms_own_parser(models: dict[str, str]) -> None:
