@@ -283,9 +283,11 @@ class LlamaCppScorer:
         sent: str | list[int] = prompt
         truncated = 0
         n_ctx = await self.context_length()
-        if n_ctx:
+        room = max(1, n_ctx - max_tokens)
+        # a token spans at least one byte (plus a possible dummy-prefix space), so a prompt with
+        # fewer bytes than the room fits without a /tokenize round trip: the usual case
+        if n_ctx and len(prompt.encode()) + 1 > room:
             tokens = await self.tokenize(prompt)
-            room = max(1, n_ctx - max_tokens)
             if len(tokens) > room:
                 truncated, sent = len(tokens) - room, tokens[-room:]
         payload = {
