@@ -47,8 +47,14 @@ class RunData:
             pairs = pair_records(arms["baseline"].values(), arms["candidate"].values(), suite=suite)
             self.pairs[suite] = pairs
             self.missing[suite] = int(meta["n"]) - len(pairs)
+            if "aa" in arms:
+                aa = pair_records(arms["baseline"].values(), arms["aa"].values(), suite=suite)
+                self.aa_pairs[suite] = aa
+                self.missing[suite] += int(meta["n"]) - len(aa)
         self.sequential: dict[str, Any] = {}
-        if self.manifest.get("sequential"):  # a suite that stopped early needs only its used items
+        if self.manifest.get(
+            "sequential"
+        ):  # a suite that stopped early needs only its used items (no --aa here)
             from evalgate.sequential import outcomes
 
             self.sequential = outcomes(self)
@@ -56,12 +62,6 @@ class RunData:
                 used = set(self.manifest["suites"][suite]["item_ids"][: out.used])
                 self.pairs[suite] = [p for p in self.pairs[suite] if p.item_id in used]
                 self.missing[suite] = 0 if out.decision != "running" else out.planned - len(self.pairs[suite])
-        for suite, meta in self.manifest["suites"].items():
-            arms = self.records[suite]
-            if "aa" in arms:
-                aa = pair_records(arms["baseline"].values(), arms["aa"].values(), suite=suite)
-                self.aa_pairs[suite] = aa
-                self.missing[suite] += int(meta["n"]) - len(aa)
 
     def errors(self) -> list[str]:
         return [
