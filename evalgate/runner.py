@@ -211,9 +211,11 @@ async def run_suite(
     variant: str,
     progress: Progress,
     bar: Any,
-) -> None:
+) -> list[Record]:
+    """Run ``items`` on one arm, appending each record as it is scored; returns the records."""
     sem = asyncio.Semaphore(max(1, getattr(scorer, "concurrency", 4)))
     hide = suite.private and not plan.options.reveal_private
+    written: list[Record] = []
 
     async def one(item: Item) -> None:
         async with sem:
@@ -223,26 +225,26 @@ async def run_suite(
                 error = None
             except RequestFailed as exc:
                 res, error = None, str(exc)
-            store.append(
-                Record(
-                    run_id=plan.run_id,
-                    arm=arm,
-                    variant=variant,
-                    suite=suite.name,
-                    suite_version=suite.version,
-                    item_id=item.item_id,
-                    repeat=0,
-                    prompt_hash=item.prompt_hash,
-                    target=None if hide else item.target,
-                    response=None if (hide or res is None) else res.response,
-                    extracted=None if (hide or res is None) else res.extracted,
-                    metrics=res.metrics if res else {},
-                    tokens=res.tokens if res else {},
-                    latency_s=round(time.perf_counter() - t0, 4),
-                    error=error,
-                    extra={**item.extra, **(res.extra if res else {})},
-                )
+            record = Record(
+                run_id=plan.run_id,
+                arm=arm,
+                variant=variant,
+                suite=suite.name,
+                suite_version=suite.version,
+                item_id=item.item_id,
+                repeat=0,
+                prompt_hash=item.prompt_hash,
+                target=None if hide else item.target,
+                response=None if (hide or res is None) else res.response,
+                extracted=None if (hide or res is None) else res.extracted,
+                metrics=res.metrics if res else {},
+                tokens=res.tokens if res else {},
+                latency_s=round(time.perf_counter() - t0, 4),
+                error=error,
+                extra={**item.extra, **(res.extra if res else {})},
             )
+            store.append(record)
+            written.append(record)
             progress.advance(bar)
 
     tasks = [asyncio.ensure_future(one(it)) for it in items]
@@ -253,3 +255,4 @@ async def run_suite(
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+    return written

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from evalgate.errors import ConfigError
 from evalgate.manifest import utc_now, write_manifest
-from evalgate.records import Pair, RecordStore, pair_records
+from evalgate.records import Pair, Record, RecordStore, pair_records
 from evalgate.runner import flush_cache, launch_arms, require_one_tokenizer, run_suite
 from evalgate.stats import flip_evalue, flip_futile, sequential_evalue, sequential_futile
 from evalgate.suites import Item
@@ -256,8 +256,9 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
                     await flush_cache(scorer)
                 items = plan.items[suite.name]
                 bar = progress.add_task(f"sequential {suite.name}", total=len(items), state="")
+                recs = {arm: store.load(suite.name, arm) for arm in ARMS}  # read once; chunks add to it
                 while True:
-                    pairs = _pairs(store, suite.name, errors_as_wrong=plan.request.errors_as_wrong)
+                    pairs = _pairs(recs, suite.name, errors_as_wrong=plan.request.errors_as_wrong)
                     state = replay([it.item_id for it in items], pairs, metric=suite.metrics[0], rule=rule)
                     progress.update(
                         bar, completed=state.used, state=f"E = {state.evalue:.3g} ({state.decision})"
@@ -267,7 +268,10 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
                         write_manifest(plan.run_dir, plan.manifest)
                         break
                     block = items[state.used : state.used + seq["chunk"]]
-                    runs = [_chunk(plan, suite, block, scorers[arm], store, arm, progress) for arm in ARMS]
+                    runs = [
+                        _chunk(plan, suite, block, scorers[arm], store, recs[arm], arm, progress)
+                        for arm in ARMS
+                    ]
                     if concurrent:  # one GPU set per arm: both arms at once
                         await asyncio.gather(*runs)
                     else:  # one device (or two CPU cores): one busy server at a time
@@ -278,34 +282,39 @@ async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console:
             await scorer.aclose()
 
 
-def _pairs(store: RecordStore, suite: str, *, errors_as_wrong: bool) -> dict[str, Pair]:
+def _pairs(recs: Mapping[str, Mapping[Any, Record]], suite: str, *, errors_as_wrong: bool) -> dict[str, Pair]:
     """Paired records so far; with --errors-as-wrong a failed item scores 0, as in the verdict."""
-    recs = {arm: list(store.load(suite, arm).values()) for arm in ARMS}
+    arms = {arm: list(recs[arm].values()) for arm in ARMS}
     if errors_as_wrong:
-        recs = {
+        arms = {
             arm: [replace(r, metrics={}, error=None) if r.error else r for r in rs]
-            for arm, rs in recs.items()
+            for arm, rs in arms.items()
         }
     return {
-        p.item_id: p for p in pair_records(recs["baseline"], recs["candidate"], suite=suite) if p.repeat == 0
+        p.item_id: p for p in pair_records(arms["baseline"], arms["candidate"], suite=suite) if p.repeat == 0
     }
 
 
 async def _chunk(
-    plan: Any, suite: Any, block: list[Item], scorer: Any, store: RecordStore, arm: str, progress: Progress
+    plan: Any,
+    suite: Any,
+    block: list[Item],
+    scorer: Any,
+    store: RecordStore,
+    done: dict[Any, Record],
+    arm: str,
+    progress: Progress,
 ) -> None:
-    done = store.load(suite.name, arm)
+    """Run the chunk's missing items on ``arm``; ``done`` (its records, kept in memory so no look
+    re-reads the files) gains the new ones."""
     todo = [it for it in block if (r := done.get((suite.name, it.item_id, 0))) is None or r.error is not None]
     if not todo:
         return
     variant = plan.manifest["variants"][arm]["name"]
     hidden = progress.add_task("", total=len(todo), visible=False)
-    await run_suite(plan, suite, todo, scorer, store, arm, variant, progress, hidden)
-    errors = [
-        r
-        for r in store.load(suite.name, arm).values()
-        if r.error and r.item_id in {it.item_id for it in todo}
-    ]
+    written = await run_suite(plan, suite, todo, scorer, store, arm, variant, progress, hidden)
+    done.update((r.key, r) for r in written)
+    errors = [r for r in written if r.error]
     if errors and not plan.request.errors_as_wrong:
         from evalgate.client import RequestFailed
 
