@@ -79,23 +79,18 @@ async def one_request(
     async def post() -> aiohttp.ClientResponse:
         return await session.post(url, json=payload, allow_redirects=False)
 
+    # a timeout before the first token (the request sat in the queue) or a connection error, at
+    # the POST or while streaming, ends the request the same way
     try:
         resp = await asyncio.wait_for(post(), timeout=queue_timeout)
-    except asyncio.TimeoutError:
-        req.outcome = "queued"
-        return
-    except aiohttp.ClientError as exc:
-        req.outcome, req.error = "error", f"{type(exc).__name__}: {exc}"
-        return
-    async with resp:
-        if resp.status != 200:
-            body = (await resp.text(errors="replace"))[:200]
-            memory = "out of memory" in body.lower()
-            req.outcome = "rejected" if resp.status in _REJECTED or memory else "error"
-            req.error = f"HTTP {resp.status}: {body}"
-            return
-        events = 0
-        try:
+        async with resp:
+            if resp.status != 200:
+                body = (await resp.text(errors="replace"))[:200]
+                memory = "out of memory" in body.lower()
+                req.outcome = "rejected" if resp.status in _REJECTED or memory else "error"
+                req.error = f"HTTP {resp.status}: {body}"
+                return
+            events = 0
             while True:
                 if req.ttft is None:
                     line = await asyncio.wait_for(
@@ -123,15 +118,15 @@ async def one_request(
                 reported = usage.get("completion_tokens") or timings.get("predicted_n")
                 if reported:
                     req.tokens = int(reported)
-        except asyncio.TimeoutError:
-            req.outcome = "queued"
-            return
-        except aiohttp.ClientError as exc:
-            req.outcome, req.error = "error", f"{type(exc).__name__}: {exc}"
-            return
-        req.tokens = req.tokens if req.tokens is not None else events
-        req.outcome = "ok" if req.ttft is not None else "error"
-        req.error = "" if req.ttft is not None else "the stream ended without a token"
+    except asyncio.TimeoutError:
+        req.outcome = "queued"
+        return
+    except aiohttp.ClientError as exc:
+        req.outcome, req.error = "error", f"{type(exc).__name__}: {exc}"
+        return
+    req.tokens = req.tokens if req.tokens is not None else events
+    req.outcome = "ok" if req.ttft is not None else "error"
+    req.error = "" if req.ttft is not None else "the stream ended without a token"
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
