@@ -37,6 +37,9 @@ class LlamaCppConfig(BaseModel):
     ctx_per_slot: int = Field(4096, ge=256, description="Context tokens per parallel slot.")
     parallel: int = Field(4, ge=1, le=256, description="Parallel slots (-np) and client concurrency.")
     threads: int = Field(2, ge=1, description="CPU threads (-t).")
+    threads_batch: int | None = Field(None, ge=1, description="Prompt-processing threads (-tb).")
+    poll: int = Field(50, ge=0, le=100, description="--poll: worker spin before sleeping (0 = none).")
+    repack: bool = Field(True, description="False adds --no-repack on both arms.")
     ready_timeout_s: float = Field(120.0, gt=0, description="Seconds to wait for /health.")
     deterministic: bool = Field(
         False,

@@ -147,3 +147,70 @@ def test_launch_serves_on_loopback_with_key_and_cleans_up(tmp_path: Path) -> Non
         pids = processes_with(f"evalgate-{name}")
         assert pids
     assert processes_with(f"evalgate-{name}") == []
+
+
+# What a native llama.cpp build prints on a VM that advertises AMX (the system_info and buffer
+# lines are llama.cpp's own format), after which the first AMX instruction faults.
+AMX_LOG = (
+    "system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | "
+    "AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | REPACK = 1 |\n"
+    "load_tensors:          AMX model buffer size =    89.00 MiB\n"
+)
+
+
+def _dying_server(tmp_path: Path, sig: str, log: str) -> Path:
+    script = tmp_path / "llama-server"
+    script.write_text(
+        f"#!{sys.executable}\nimport os, signal, sys\nsys.stdout.write({log!r})\nsys.stdout.flush()\n"
+        f"os.kill(os.getpid(), signal.{sig})\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize(
+    ("sig", "cause", "fix"),
+    [
+        ("SIGILL", "killed by signal SIGILL", "cannot execute; the build has AVX512, AMX_INT8"),
+        ("SIGKILL", "killed by signal SIGKILL", "most likely out of memory"),
+        ("SIGSEGV", "killed by signal SIGSEGV", "segmentation fault"),
+    ],
+)
+def test_server_killed_by_a_signal_is_diagnosed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: str, cause: str, fix: str
+) -> None:
+    import evalgate.engines.llamacpp as llamacpp
+
+    monkeypatch.setattr(
+        llamacpp, "find_binary", lambda name="llama-server": _dying_server(tmp_path, sig, AMX_LOG)
+    )
+    with (
+        pytest.raises(ServerStartError) as err,
+        LlamaCppEngine().launch(spec_with("/m.gguf"), name="candidate", log_dir=tmp_path),
+    ):
+        pass
+    assert cause in str(err.value)
+    assert fix in err.value.fix
+    if sig == "SIGILL":
+        assert "AMX buffer" in err.value.fix and "repack = false" in err.value.fix
+        assert llamacpp.PORTABLE_CMAKE_ARGS in err.value.fix
+        assert "AMX model buffer" in err.value.detail  # the log tail is shown too
+
+
+def test_no_repack_and_thread_settings_reach_both_arms_flags() -> None:
+    from dataclasses import replace
+
+    from evalgate.engines.llamacpp import LlamaCppSettings
+
+    engine = LlamaCppEngine(LlamaCppSettings(repack=False, threads=3, threads_batch=2, poll=0))
+    for name in ("bf16", "int4"):
+        variant = replace(parse_variant(name), model=f"/{name}.gguf")  # no GGUF is derived
+        args = dict(engine.launch_spec(variant).args)
+        assert "--no-repack" in args and args["-t"] == "3" and args["-tb"] == "2" and args["--poll"] == "0"
+
+
+def test_cpu_features_are_read_from_system_info() -> None:
+    from evalgate.engines.llamacpp import cpu_features
+
+    assert cpu_features(AMX_LOG)[-4:] == ["AVX512", "AMX_INT8", "LLAMAFILE", "REPACK"]
+    assert cpu_features("no such line") == []

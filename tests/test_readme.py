@@ -25,3 +25,13 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     extracted = subprocess.run(["bash", "-c", line.group(1)], cwd=REPO, capture_output=True, text=True).stdout
     blocks = re.findall(r"```bash\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
     assert extracted.strip() == blocks[1].strip()
+
+
+def test_readme_installs_the_portable_llamacpp_build() -> None:
+    """The SIGILL diagnosis tells users to reinstall with PORTABLE_CMAKE_ARGS: it must be what the
+    README's two commands (and so CI) build with."""
+    from evalgate.engines.llamacpp import PORTABLE_CMAKE_ARGS
+
+    blocks = re.findall(r"```bash\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
+    for block in blocks[:2]:
+        assert f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}"' in block

