@@ -17,6 +17,7 @@ from evalgate.config import EvalgateConfig
 from evalgate.engines import get_engine
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
+from evalgate.gguf import file_sha256
 from evalgate.manifest import (
     MANIFEST_SCHEMA,
     command_line,
@@ -26,7 +27,6 @@ from evalgate.manifest import (
     utc_now,
     write_manifest,
 )
-from evalgate.models import file_sha256
 from evalgate.records import safe_name
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization

@@ -80,7 +80,7 @@ def _run_arms(plan: RunPlan, console: Console) -> None:
             write_manifest(plan.run_dir, plan.manifest)
     require_one_tokenizer(fingerprints)
     if plan.request.with_throughput:
-        from evalgate.bench import finish_compare
+        from evalgate.throughput import finish_compare
 
         finish_compare(plan.run_dir, plan.manifest)  # -> manifest["throughput"] and throughput.json
     plan.manifest["finished_utc"] = utc_now()
@@ -141,7 +141,7 @@ def _needs_sweep(plan: RunPlan, arm: str) -> bool:
 
 
 def _sweep(plan: RunPlan, arm: str, handle: Any, console: Console) -> None:
-    from evalgate.bench import measure_handle
+    from evalgate.throughput import measure_handle
 
     info = plan.manifest["arms"][arm]
     variant = plan.manifest["variants"][arm]["name"]

@@ -1,7 +1,7 @@
 """FP8-KV and INT4-weight kernels (PyTorch reference plus Triton) and their numerics check.
 
 `kernels_for_variant` and `KERNEL_NAMES` need no torch. Everything else imports torch, lazily, on
-first attribute access, so `import kernels` stays cheap and safe without the `kernels` extra.
+first attribute access, so `import evalgate.kernels` stays cheap and safe without the `kernels` extra.
 """
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from kernels._names import FAULTS, KERNEL_NAMES, kernels_for_variant
+from evalgate.kernels._names import FAULTS, KERNEL_NAMES, kernels_for_variant
 
 _LAZY = {
-    "fp8_kv": "kernels.fp8_kv",
-    "int4": "kernels.int4",
-    "check": "kernels.check",
-    "CheckReport": "kernels.check",
-    "CheckRow": "kernels.check",
-    "TimingRow": "kernels.check",
-    "run_check": "kernels.check",
-    "format_table": "kernels.check",
+    "fp8_kv": "evalgate.kernels.fp8_kv",
+    "int4": "evalgate.kernels.int4",
+    "check": "evalgate.kernels.check",
+    "CheckReport": "evalgate.kernels.check",
+    "CheckRow": "evalgate.kernels.check",
+    "TimingRow": "evalgate.kernels.check",
+    "run_check": "evalgate.kernels.check",
+    "format_table": "evalgate.kernels.check",
 }
 
 __all__ = [

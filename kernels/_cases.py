@@ -1,4 +1,4 @@
-"""The shapes and seeded data that `kernels.check` runs, with its fault injection.
+"""The shapes and seeded data that `evalgate.kernels.check` runs, with its fault injection.
 
 Data are random normal with outlier channels (a few channels scaled by 10-100, as in LLM keys
 and activations), generated on CPU from a per-case seed, so a case gets the same data whatever
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import fp8_kv, int4
-from kernels._names import FP8_KV, INT4
-from kernels.fp8_kv.e4m3 import Granularity
+from evalgate.kernels import fp8_kv, int4
+from evalgate.kernels._names import FP8_KV, INT4
+from evalgate.kernels.fp8_kv.e4m3 import Granularity
 
 # Minimum SQNR (dB) against float64; kernels/README.md ("Thresholds") has the measurements.
 QUANT_MIN_DB = 28.0

@@ -15,8 +15,8 @@ from types import ModuleType
 import torch
 
 _MODULES = {
-    "fp8": "kernels.fp8_kv._triton_kernels",
-    "int4": "kernels.int4._triton_kernels",
+    "fp8": "evalgate.kernels.fp8_kv._triton_kernels",
+    "int4": "evalgate.kernels.int4._triton_kernels",
 }
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from kernels._cases import Case, Ctx, Result, cases
-from kernels._names import FAULTS, KERNEL_NAMES, validate_kernel_names
-from kernels._triton import interpreting, use_interpreter_if_no_gpu
-from kernels.metrics import error_metrics, sqnr_db
+from evalgate.kernels._cases import Case, Ctx, Result, cases
+from evalgate.kernels._names import FAULTS, KERNEL_NAMES, validate_kernel_names
+from evalgate.kernels._triton import interpreting, use_interpreter_if_no_gpu
+from evalgate.kernels.metrics import error_metrics, sqnr_db
 
 AGREEMENT_MIN_DB = 40.0
 """Triton vs reference: both round to BF16 at the end, so they may differ by one BF16 ulp (~2**-9

@@ -3,7 +3,7 @@
 #
 # Why this model: `evalgate setup` already derives its F16 GGUF for the CPU engine, and
 # scripts/gguf_to_hf.py turns that GGUF into a safetensors checkpoint, so the GPU run needs no Hub
-# download and serves the very model the CPU runs gate (DESIGN.md, "Same model for SGLang").
+# download and serves the very model the CPU runs gate (README.md, "Engines", the last paragraph).
 #
 # Needs: an NVIDIA GPU, SGLang, evalgate with the [cpu] extra (llama-quantize derives the GGUFs),
 # and transformers + gguf + accelerate for the conversion, all importable by $PYTHON.
@@ -51,7 +51,7 @@ echo "== evalgate setup (derives the GGUFs once; later runs reuse them)"
 "$PYTHON" -m evalgate setup
 
 gguf=$("$PYTHON" -c "from evalgate.engines.llamacpp import find_binary
-from evalgate.models import derived_gguf
+from evalgate.gguf import derived_gguf
 print(derived_gguf('bf16', find_binary('llama-quantize')))")
 # beside the GGUF by default: its folder is keyed by the source hash, so a new source never reuses it
 HF_DIR=${HF_DIR:-${gguf%.gguf}-hf}

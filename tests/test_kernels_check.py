@@ -1,4 +1,5 @@
-"""`kernels.check` and `evalgate kernels check`: table, JSON, exit codes, and the broken-scale fault.
+"""`evalgate.kernels.check` and `evalgate kernels check`: table, JSON, exit codes, the broken-scale
+fault.
 
 The check runs the Triton kernels under TRITON_INTERPRET=1 on CPU (set before importing triton).
 The variant mapping and the missing-torch path need no torch.
@@ -17,7 +18,7 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from evalgate.cli import kernels as kernels_cli
-from kernels import KERNEL_NAMES, kernels_for_variant
+from evalgate.kernels import KERNEL_NAMES, kernels_for_variant
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -94,8 +95,8 @@ def test_cli_broken_fp8_scale_exits_1(torch_and_triton, capsys) -> None:
 
 def test_monkeypatched_scale_function_fails_the_check(torch_and_triton, monkeypatch) -> None:
     """A scale bug in the library itself (amax / 1792 instead of / 448) saturates the cache."""
-    from kernels.check import format_table, run_check
-    from kernels.fp8_kv import e4m3
+    from evalgate.kernels.check import format_table, run_check
+    from evalgate.kernels.fp8_kv import e4m3
 
     real = e4m3.kv_scale
     monkeypatch.setattr(

@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("numpy")  # the Triton interpreter runs on numpy
 pytest.importorskip("triton")
 
-from kernels import fp8_kv  # noqa: E402
-from kernels.fp8_kv.sglang_json import sglang_kv_scales_dict  # noqa: E402
+from evalgate.kernels import fp8_kv  # noqa: E402
+from evalgate.kernels.fp8_kv.sglang_json import sglang_kv_scales_dict  # noqa: E402
 
 ONE = torch.tensor(1.0)
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("numpy")
 pytest.importorskip("triton")
 
-from kernels import int4  # noqa: E402
+from evalgate.kernels import int4  # noqa: E402
 
 
 def _i32(u: int) -> int:

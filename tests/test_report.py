@@ -15,11 +15,11 @@ from pathlib import Path
 import html5lib
 import pytest
 
-from evalgate.analysis import RunData, verdict_for
 from evalgate.cli import main
 from evalgate.report import OUTPUTS, render_run
 from evalgate.report._view import build_view
 from evalgate.report.markdown import LIMIT
+from evalgate.verdict import RunData, verdict_for
 from tests._runs import SynthSuite, build_run
 
 SCRIPT = "<script>alert(1)</script>"

@@ -18,7 +18,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from evalgate.bench import (
+from evalgate.errors import ConfigError
+from evalgate.manifest import command_line, git_state, utc_now
+from evalgate.throughput import (
     DEFAULT_LEVELS,
     BenchSettings,
     Target,
@@ -28,8 +30,6 @@ from evalgate.bench import (
     throughput_doc,
     write_throughput,
 )
-from evalgate.errors import ConfigError
-from evalgate.manifest import command_line, git_state, utc_now
 
 __all__ = ["add_parser", "run", "settings_from_args"]
 

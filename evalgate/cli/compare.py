@@ -15,7 +15,7 @@ from rich.console import Console
 
 from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
-from evalgate.kernel_gate import kernel_check_for, kernel_failures
+from evalgate.kernel_check import kernel_check_for, kernel_failures
 from evalgate.manifest import load_manifest, write_manifest
 from evalgate.report import github, render_run
 from evalgate.report.terminal import print_verdict

@@ -1,6 +1,6 @@
 """`evalgate kernels check`: numerics of the FP8-KV and INT4 kernels against float64.
 
-Thin over `kernels.check.run_check`. torch and triton are imported only inside `run`, so
+Thin over `evalgate.kernels.check.run_check`. torch and triton are imported only inside `run`, so
 `evalgate --help` works without the `kernels` extra. Exit codes: 0 every row passed, 1 a row
 failed, 2 usage error or torch/triton missing.
 """
@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from evalgate.kernel_gate import installed
-from kernels._names import FAULTS, KERNEL_NAMES
+from evalgate.kernel_check import installed
+from evalgate.kernels import FAULTS, KERNEL_NAMES
 
 INSTALL_HINT = "install the kernels extra: pip install 'evalgate[kernels]' (torch and triton)"
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"evalgate kernels: {', '.join(missing)} not installed; {INSTALL_HINT}", file=sys.stderr)
         return 2
-    from kernels.check import format_table, run_check
+    from evalgate.kernels.check import format_table, run_check
 
     names = [n.strip() for n in str(args.kernels).split(",") if n.strip()]
     try:

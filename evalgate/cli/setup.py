@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evalgate.engines.llamacpp import binary_version, find_binary
 from evalgate.errors import InfraError
-from evalgate.models import GGUF_TYPES, cache_dir, derived_gguf, file_sha256
+from evalgate.gguf import GGUF_TYPES, cache_dir, derived_gguf, file_sha256
 
 __all__ = ["SGLANG_PARSER_PACKAGES", "SGLANG_VERSION", "add_parser", "parser_dir", "run"]
 

@@ -1,4 +1,4 @@
-"""SGLang (``python -m sglang.launch_server``): the GPU engine (DESIGN.md, variant table).
+"""SGLang (``python -m sglang.launch_server``): the GPU engine (README.md, "Engines": the variant table).
 
 Variants become flags as the table says: ``bf16`` is ``--dtype bfloat16 --kv-cache-dtype auto``,
 ``fp8kv`` sets ``--kv-cache-dtype fp8_e4m3`` (plus ``--quantization-param-path`` when KV scales

@@ -1,4 +1,4 @@
-"""vLLM (``vllm serve``): a GPU engine (DESIGN.md, variant table).
+"""vLLM (``vllm serve``): a GPU engine (README.md, "Engines": the variant table).
 
 Variants become flags: ``bf16`` is ``--dtype bfloat16``, ``fp8kv`` adds ``--kv-cache-dtype fp8_e4m3``
 (KV scales from the checkpoint, else 1.0), ``fp8`` adds ``--quantization fp8`` unless the checkpoint

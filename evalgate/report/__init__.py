@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalgate.analysis import RunData, verdict_for
 from evalgate.gate import Verdict
 from evalgate.report._view import build_view
 from evalgate.report.html import render_html
 from evalgate.report.junit import render_junit
 from evalgate.report.markdown import render_markdown
+from evalgate.verdict import RunData, verdict_for
 
 __all__ = ["OUTPUTS", "render_run"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalgate.analysis import RunData
 from evalgate.gate import Row, Verdict
 from evalgate.report import _format as fmt
 from evalgate.report._items import SuiteItems, discordant_items
+from evalgate.verdict import RunData
 
 __all__ = ["OPTIONAL_SECTIONS", "ArgRow", "FactRow", "RowView", "RunView", "Section", "build_view"]
 
@@ -348,7 +348,7 @@ def _throughput(doc: dict[str, Any], title: str) -> list[Section]:
 
 
 def _kernel_rows(value: Any) -> Any:
-    """``kernels.check`` reports nest metrics per row; flatten them into one table row each."""
+    """``evalgate.kernels.check`` reports nest metrics per row; flatten them into one table row each."""
     if not isinstance(value, dict):
         return value
     if value.get("skipped"):

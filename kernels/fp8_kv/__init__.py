@@ -2,7 +2,8 @@
 
 Each kernel has a PyTorch reference (float32 math, runs anywhere) and a Triton twin whose name ends
 in `_triton`. Names resolve on first use: the Triton module must be imported after the Triton mode
-is chosen (see `kernels._triton`), and `kernels.fp8_kv.sglang_json` must stay usable without torch.
+is chosen (see `evalgate.kernels._triton`), and `evalgate.kernels.fp8_kv.sglang_json` must stay
+usable without torch.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module_name = _WHERE[name]
     if module_name is None:
-        from kernels._triton import triton_module
+        from evalgate.kernels._triton import triton_module
 
         return getattr(triton_module("fp8"), name)
     return getattr(importlib.import_module(f"{__name__}.{module_name}"), name)

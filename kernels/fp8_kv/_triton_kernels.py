@@ -1,7 +1,7 @@
 """Triton kernels for the FP8 KV cache: quantize, dequantize and decode attention.
 
-Import through `kernels._triton.triton_module("fp8")`, never directly: Triton picks compile or
-interpret mode at decoration time. The e4m3 conversions are written out with integer and float32
+Import through `evalgate.kernels._triton.triton_module("fp8")`, never directly: Triton picks compile
+or interpret mode at decoration time. The e4m3 conversions are written out with integer and float32
 math instead of `tl.float8e4nv` casts, because the interpreter's fp32 -> fp8 cast rounds wrongly
 at binade boundaries (125.4 -> 64, measured). Written out, the same code runs, and is tested
 bit-for-bit against torch, on CPU and on a GPU.
@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton import check_device, interpreting
+from evalgate.kernels._triton import check_device, interpreting
 
 
 @triton.jit

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from kernels.fp8_kv.e4m3 import dequantize_fp8
+from evalgate.kernels.fp8_kv.e4m3 import dequantize_fp8
 
 
 def _dequant(cache: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from kernels.fp8_kv.e4m3 import E4M3_MAX
-from kernels.fp8_kv.sglang_json import sglang_kv_scales_dict, write_sglang_kv_scales_json
+from evalgate.kernels.fp8_kv.e4m3 import E4M3_MAX
+from evalgate.kernels.fp8_kv.sglang_json import sglang_kv_scales_dict, write_sglang_kv_scales_json
 
 
 @dataclass(frozen=True)

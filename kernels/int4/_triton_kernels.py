@@ -1,7 +1,8 @@
 """Triton W4A16 matmul: x[M, K] @ dequant(W[N, K]).T with the int4 unpacking done in the kernel.
 
-Import through `kernels._triton.triton_module("int4")`. Each K tile lies inside one quantization
-group (group_size % BLOCK_K == 0), so a tile needs one scale (and zero point) per output row.
+Import through `evalgate.kernels._triton.triton_module("int4")`. Each K tile lies inside one
+quantization group (group_size % BLOCK_K == 0), so a tile needs one scale (and zero point) per
+output row.
 Under the interpreter the dot runs in float32 (`input_precision="ieee"`): the interpreter's bf16
 `tl.dot` and float32 -> bf16 casts are wrong (measured: errors of 1e10 and 505/1024 mismatched
 roundings). On a GPU, fp16/bf16 activations use the tensor-core dot with dequantized weights cast
@@ -14,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton import check_device, interpreting
-from kernels.int4.quant import Int4Weight
+from evalgate.kernels._triton import check_device, interpreting
+from evalgate.kernels.int4.quant import Int4Weight
 
 
 @triton.jit

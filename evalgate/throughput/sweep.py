@@ -25,15 +25,16 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from evalgate._loadgen import Req, level, one_request, payload, synthetic_text
 from evalgate.capacity import capacity_from_log, capacity_ratio, sglang_server_info_capacity
 from evalgate.errors import ConfigError, InfraError
+from evalgate.throughput._loadgen import Req, level, one_request, payload, synthetic_text
 
 __all__ = [
     "DEFAULT_LEVELS",
     "THROUGHPUT_SCHEMA",
     "BenchSettings",
     "Target",
+    "capped_levels",
     "check_target",
     "finish_compare",
     "measure_handle",
@@ -201,7 +202,7 @@ async def sweep(target: Target, settings: BenchSettings) -> dict[str, Any]:
             "capacity": sglang_server_info_capacity(probe["server_info"] or {}),
         }
         if settings.generator == "sglang":
-            from evalgate._sglang_bench import run_levels
+            from evalgate.throughput._sglang_bench_serving import run_levels
 
             rows = await asyncio.to_thread(run_levels, target, settings, levels, probe["model"])
             result["prompt"] = {"mode": "sglang.bench_serving random-ids", "input_len": settings.input_len}

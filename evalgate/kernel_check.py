@@ -2,7 +2,8 @@
 
 A kernel check costs seconds where an eval costs GPU hours, so a broken FP8 scale or INT4
 packing blocks the rollout first. Without the ``[kernels]`` extra the check is skipped, and
-the manifest and report say so.
+the manifest and report say so. This module picks the kernels and reads the result; the check
+itself is ``evalgate.kernels.check``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def installed(module: str) -> bool:
 
 def kernel_check_for(candidate: Variant, *, skip: bool = False) -> dict[str, Any] | None:
     """The check's report for the candidate's kernels (``None`` when it uses none)."""
-    from kernels import kernels_for_variant
+    from evalgate.kernels import kernels_for_variant
 
     names = kernels_for_variant(kv_fp8=candidate.kv == "fp8", weight_int4=candidate.weights == "int4")
     if not names:
@@ -42,7 +43,7 @@ def kernel_check_for(candidate: Variant, *, skip: bool = False) -> dict[str, Any
             "kernels": names,
             "skipped": f"{', '.join(missing)} not installed (pip install 'evalgate[kernels]')",
         }
-    from kernels.check import run_check
+    from evalgate.kernels.check import run_check
 
     return dict(run_check(kernels=names).to_dict())
 

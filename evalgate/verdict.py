@@ -10,7 +10,7 @@ from typing import Any
 
 from evalgate.errors import EvalgateError
 from evalgate.gate import GatePolicy, Verdict, decide
-from evalgate.kernel_gate import kernel_failures
+from evalgate.kernel_check import kernel_failures
 from evalgate.manifest import load_manifest
 from evalgate.records import Pair, RecordStore, pair_records
 

@@ -1,12 +1,12 @@
-"""The compare-time kernel gate: which kernels a candidate needs, and a failed check blocks."""
+"""The compare-time kernel check: which kernels a candidate needs, and a failed check blocks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evalgate.analysis import RunData, verdict_for
-from evalgate.kernel_gate import kernel_check_for, kernel_failures
+from evalgate.kernel_check import kernel_check_for, kernel_failures
 from evalgate.variants import parse_variant
+from evalgate.verdict import RunData, verdict_for
 
 from ._runs import SynthSuite, build_run
 

@@ -1,6 +1,6 @@
 """The load sweep against a scripted streaming stub on 127.0.0.1; one e2e run on llama-server.
 
-The stub (tests/_bench_stub.py) records what it was sent and how many requests it held at once,
+The stub (tests/_throughput_stub.py) records what it was sent and how many requests it held at once,
 so the tests can check the generator's bounds (count, time, concurrency, targets) and its
 capacity-limit rows.
 """
@@ -16,8 +16,10 @@ from typing import Any
 import html5lib
 import pytest
 
-from evalgate._sglang_bench import bench_serving_command, parse_bench_serving, run_levels
-from evalgate.bench import (
+from evalgate.cli import main
+from evalgate.errors import ConfigError, InfraError
+from evalgate.report import render_run
+from evalgate.throughput import (
     BenchSettings,
     Target,
     capped_levels,
@@ -27,11 +29,9 @@ from evalgate.bench import (
     throughput_doc,
     write_throughput,
 )
-from evalgate.cli import main
-from evalgate.errors import ConfigError, InfraError
-from evalgate.report import render_run
-from tests._bench_stub import Script, Stub, stub_servers
+from evalgate.throughput._sglang_bench_serving import bench_serving_command, parse_bench_serving, run_levels
 from tests._runs import SynthSuite, build_run
+from tests._throughput_stub import Script, Stub, stub_servers
 
 from .conftest import needs_models
 
