@@ -1,4 +1,4 @@
-"""llama.cpp's ``llama-server``: the embedded CPU engine (DESIGN.md, "The CPU engine").
+"""llama.cpp's ``llama-server``: the embedded CPU engine (README, "Engines").
 
 Prompt logprobs: llama-server ignores ``echo``, so continuation log-likelihoods are read by
 forcing the continuation tokens with a token-id grammar and asking for the logprob of each
@@ -154,7 +154,7 @@ class LlamaCppEngine:
         return binary_version(find_binary())
 
     def launch_spec(self, variant: Variant) -> LaunchSpec:
-        from evalgate.models import derived_gguf
+        from evalgate.gguf import derived_gguf
 
         if variant.kv not in KV_TYPES:
             raise ConfigError(f"llama.cpp has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'")
