@@ -4,7 +4,7 @@ Simulates paired binary evals of ``--n`` items at several flip rates, once with 
 (delta = ``--delta``, default -0.03) and once under H0 (delta = 0). Each replicate is judged two ways:
 
 * full run: the two-sided mid-p McNemar test on all items, BLOCK when p < alpha;
-* sequential: ``evalgate.sequential.replay_stream``, the rule ``compare --sequential`` runs (here its
+* sequential: ``evalgate.stats.sequential.replay_stream``, the rule ``compare --sequential`` runs (here its
   accuracy test alone: one suite, agreement gate off), looking
   after every ``--chunk`` items and stopping at the first BLOCK (E >= 1/alpha) or futility
   (``stats.sequential_futile``: even an optimistic projection of the items left keeps E below
@@ -29,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evalgate.sequential import replay_stream
 from evalgate.stats import mcnemar
+from evalgate.stats.sequential import replay_stream
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from typing import Any
 
 from evalgate import stats
 from evalgate.records import Pair
+from evalgate.stats import DEFAULT_FLIP_BUDGET
 
 __all__ = ["DEFAULT_AA_MARGIN", "DEFAULT_FLIP_BUDGET", "AgreementRow", "agreement_row", "flip_count"]
 
-DEFAULT_FLIP_BUDGET = 0.05
 DEFAULT_AA_MARGIN = 0.03
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from evalgate.config import EvalgateConfig
 from evalgate.engines import get_engine
+from evalgate.engines.external import ExternalEngine, require_attached_pair
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
 from evalgate.gguf import file_sha256
@@ -28,6 +29,7 @@ from evalgate.manifest import (
     write_manifest,
 )
 from evalgate.records import safe_name
+from evalgate.stats.sequential import DEFAULT_CHUNK, shuffled
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
@@ -85,6 +87,10 @@ class RunPlan:
     variants: dict[str, Variant] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
 
+    def save(self) -> None:
+        """Write manifest.json atomically: every write of a compare run's manifest goes through here."""
+        write_manifest(self.run_dir, self.manifest)
+
 
 def _run_id(req: CompareRequest) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -107,8 +113,6 @@ def plan_compare(
         variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
     require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
     if engine.name == "external":  # settings read back from the running servers
-        from evalgate.engines.external import require_attached_pair
-
         require_attached_pair(
             engine.attach_info("baseline"), engine.attach_info("candidate"), allow=req.allow_diff
         )
@@ -131,14 +135,17 @@ def plan_compare(
             "--sequential tests for a difference or a regression, not non-inferiority",
             fix="drop --sequential, or use --policy difference or regression",
         )
+    if req.sequential and (req.aa or req.with_throughput):
+        raise ConfigError(
+            "--sequential cannot be combined with --aa or --with-throughput",
+            fix="run the A/A calibration or the throughput sweep as a separate, full run",
+        )
     n = req.limit if req.limit is not None else PRESETS[req.preset]
     items = {}
     for suite in suites:
         with console.status(f"loading {suite.name} items"):
             items[suite.name] = suite.load(options, n)
         if req.sequential:  # the recorded order in which the e-value consumes them
-            from evalgate.sequential import shuffled
-
             items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
     if req.resume:
         run_dir = Path(req.resume)
@@ -156,8 +163,6 @@ def plan_compare(
     plan.manifest = _manifest(plan, variants)
     plan.manifest["request"] = record or {}
     if req.sequential:
-        from evalgate.sequential import DEFAULT_CHUNK
-
         plan.manifest["sequential"] = {"chunk": req.chunk or DEFAULT_CHUNK, "suites": {}}
     if req.resume:
         _check_resume(old, plan.manifest, run_dir)
@@ -169,7 +174,7 @@ def plan_compare(
             plan.manifest["sequential"] = old["sequential"]
         if old.get("throughput"):  # compare --with-throughput: arms already swept are not swept again
             plan.manifest["throughput"] = old["throughput"]
-    write_manifest(run_dir, plan.manifest)
+    plan.save()
     _write_prompts(plan)
     return plan
 
@@ -186,8 +191,6 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Any:
                 "--engine launches servers; --baseline-url/--candidate-url attach to running ones",
                 fix="drop --engine (use --protocol to name the attached servers' engine)",
             )
-        from evalgate.engines.external import ExternalEngine
-
         urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
         return ExternalEngine(urls, protocol=req.protocol, deterministic=req.deterministic)
     return get_engine(req.engine or cfg.engine, cfg)

@@ -12,16 +12,26 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from evalgate.errors import ConfigError
 
-__all__ = ["SCHEMA", "Pair", "Record", "RecordStore", "pair_records", "read_records", "safe_name"]
+__all__ = [
+    "SCHEMA",
+    "Pair",
+    "Record",
+    "RecordStore",
+    "errors_as_wrong",
+    "pair_records",
+    "read_records",
+    "safe_name",
+]
 
 SCHEMA = 1
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,16 @@ def read_records(path: Path) -> Iterator[Record]:
                     f"{path}:{lineno} is not a valid record: {exc}",
                     fix="remove that line; its item will rerun with --resume",
                 ) from exc
+
+
+def errors_as_wrong(records: Mapping[K, Record], metrics: Iterable[str]) -> dict[K, Record]:
+    """``--errors-as-wrong``: an item that failed after retries scores 0 on every metric (its error
+    moves to ``extra``), so it pairs and counts as wrong on that arm instead of leaving a gap."""
+    zero = dict.fromkeys(metrics, 0.0)
+    return {
+        key: replace(r, metrics=zero, error=None, extra={**r.extra, "error": r.error}) if r.error else r
+        for key, r in records.items()
+    }
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,19 @@
-"""The compare loop: launch each arm, preflight, run suites, record every item (the plan,
-settled before any server starts, is ``evalgate.plan``).
+"""The compare loop: launch the arms, preflight, run items, record every item.
 
-Arms run one after the other (one engine at a time fits on one GPU and on two CPU cores), or
-together when the engine gives each arm its own GPUs; each item's record is appended and
-flushed as soon as it is scored, so an interrupted run resumes where it stopped and never
-loses a completed item.
+The one loop for every mode. The plan (``evalgate.plan``) is settled before any server starts;
+a schedule (``evalgate.schedule``) says which arms are up together and which block of items
+comes next: every missing item at once, or ``--sequential``'s chunks until each suite decides.
+Each item's record is appended and flushed as soon as it is scored, so an interrupted run
+resumes where it stopped and never loses a completed item.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -21,70 +22,49 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evalgate.client import RequestFailed
 from evalgate.engines.external import preflight_all
 from evalgate.errors import EvalgateError, PreflightError
-from evalgate.manifest import (
-    utc_now,
-    write_manifest,
-)
-from evalgate.plan import SMOKE_CPU_GEN_CAP, CompareRequest, RunPlan, plan_compare
+from evalgate.manifest import utc_now
+from evalgate.plan import RunPlan
 from evalgate.records import Record, RecordStore
+from evalgate.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
 from evalgate.suites import Item, Suite
+from evalgate.throughput import finish_compare, measure_handle
 
-__all__ = ["SMOKE_CPU_GEN_CAP", "CompareRequest", "RunPlan", "plan_compare", "run_arms"]
+__all__ = ["run_arms"]
 
 
 def run_arms(plan: RunPlan, console: Console) -> None:
-    """Launch each arm in turn and run every missing item; raises EvalgateError on failure."""
+    """Run every item the schedule asks for, arm group by arm group; raises EvalgateError on failure."""
+    schedule: Schedule = SequentialSchedule(plan) if plan.request.sequential else FullSchedule(plan)
     try:
-        if plan.request.sequential:
-            from evalgate.sequential import run_sequential
-
-            run_sequential(plan, console)
-        else:
-            _run_arms(plan, console)
+        _run(plan, schedule, console)
     except EvalgateError as exc:
         exc.fix = exc.fix.replace("RUN_DIR", str(plan.run_dir))
         raise
 
 
-def _run_arms(plan: RunPlan, console: Console) -> None:
+def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
     store = RecordStore(plan.run_dir)
-    fingerprints: dict[str, str] = {}
-    for group in _arm_groups(plan):
-        todo = {
-            arm: {s.name: _missing(store, s, plan.items[s.name], arm) for s in plan.suites} for arm in group
-        }
-        bench = {arm: _needs_sweep(plan, arm) for arm in group}
-        live = [arm for arm in group if any(todo[arm].values()) or bench[arm]]
+    for group in schedule.groups():
         for arm in group:
-            info = plan.manifest["arms"].setdefault(arm, {})
-            if arm not in live and "tokenizer_fingerprint" in info:
-                fingerprints[arm] = info["tokenizer_fingerprint"]
+            plan.manifest["arms"].setdefault(arm, {})
+        recs = {arm: {s.name: store.load(s.name, arm) for s in plan.suites} for arm in group}
+        busy = schedule.live(group, recs)
+        sweep = [arm for arm in group if _needs_sweep(plan, arm)]
+        live = [arm for arm in group if arm in busy or arm in sweep]
         if not live:
             continue
         with contextlib.ExitStack() as stack:
             handles = launch_arms(plan, stack, live)
-            results = asyncio.run(_run_group(plan, handles, todo, store, console))
-            for arm, timings in results.items():
-                info = plan.manifest["arms"][arm]
-                info.update(
-                    {
-                        "tokenizer_fingerprint": timings.pop("_fingerprint"),
-                        "preflight": timings.pop("_preflight"),
-                        "ended_utc": utc_now(),
-                    }
-                )
-                info.setdefault("durations_s", {}).update(timings)
-                if bench[arm]:  # after the suites, on the same server: tok/s, TTFT, ITL, KV capacity
+            asyncio.run(_run_group(plan, schedule, handles, recs, store, console))
+            for arm in live:
+                plan.manifest["arms"][arm]["ended_utc"] = utc_now()
+                if arm in sweep:  # after the suites, on the same server: tok/s, TTFT, ITL, KV capacity
                     _sweep(plan, arm, handles[arm], console)
-                fingerprints[arm] = info["tokenizer_fingerprint"]
-            write_manifest(plan.run_dir, plan.manifest)
-    require_one_tokenizer(fingerprints)
+            plan.save()
     if plan.request.with_throughput:
-        from evalgate.throughput import finish_compare
-
         finish_compare(plan.run_dir, plan.manifest)  # -> manifest["throughput"] and throughput.json
     plan.manifest["finished_utc"] = utc_now()
-    write_manifest(plan.run_dir, plan.manifest)
+    plan.save()
 
 
 def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str]) -> dict[str, Any]:
@@ -103,7 +83,7 @@ def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str])
                 "pid": handle.process.pid if handle.process else None,
             }
         )
-    write_manifest(plan.run_dir, plan.manifest)
+    plan.save()
     return handles
 
 
@@ -122,17 +102,6 @@ async def flush_cache(scorer: Any) -> None:
         await flush()
 
 
-def _arm_groups(plan: RunPlan) -> list[list[str]]:
-    """Arms that run at the same time. One after the other by default (one GPU, or two CPU
-    cores); baseline and candidate together when the engine has a GPU set for each arm, except
-    with --with-throughput, whose sweep must not share the machine with the other arm."""
-    arms = list(plan.specs)
-    if getattr(plan.engine, "concurrent_arms", False) and not plan.request.with_throughput:
-        pair = [a for a in arms if a in ("baseline", "candidate")]
-        return [pair] + [[a] for a in arms if a not in pair]
-    return [[a] for a in arms]
-
-
 def _needs_sweep(plan: RunPlan, arm: str) -> bool:
     swept = {
         a for a, d in ((plan.manifest.get("throughput") or {}).get("arms") or {}).items() if d.get("levels")
@@ -141,8 +110,6 @@ def _needs_sweep(plan: RunPlan, arm: str) -> bool:
 
 
 def _sweep(plan: RunPlan, arm: str, handle: Any, console: Console) -> None:
-    from evalgate.throughput import measure_handle
-
     info = plan.manifest["arms"][arm]
     variant = plan.manifest["variants"][arm]["name"]
     try:
@@ -152,53 +119,94 @@ def _sweep(plan: RunPlan, arm: str, handle: Any, console: Console) -> None:
         info["throughput"] = {"error": exc.render()}
 
 
-def _missing(store: RecordStore, suite: Suite, items: Sequence[Item], arm: str) -> list[Item]:
-    done = store.load(suite.name, arm)
-    return [it for it in items if (r := done.get((suite.name, it.item_id, 0))) is None or r.error is not None]
+async def _each(plan: RunPlan, arms: Sequence[str], job: Callable[[str], Awaitable[Any]]) -> None:
+    """``job`` on every arm: at the same time when the engine gives each arm its own GPUs, else
+    one busy server at a time (one device, or two CPU cores)."""
+    if getattr(plan.engine, "concurrent_arms", False):
+        await asyncio.gather(*(job(arm) for arm in arms))
+    else:
+        for arm in arms:
+            await job(arm)
 
 
 async def _run_group(
     plan: RunPlan,
+    schedule: Schedule,
     handles: dict[str, Any],
-    todo: dict[str, dict[str, list[Item]]],
+    recs: Records,
     store: RecordStore,
     console: Console,
-) -> dict[str, dict[str, Any]]:
-    """Each arm's suites, the arms of a group at the same time, under one progress display."""
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-        outs = await asyncio.gather(
-            *(_run_arm(plan, arm, h, todo[arm], store, progress) for arm, h in handles.items())
-        )
-    return dict(zip(handles, outs, strict=True))
+) -> None:
+    """Preflight the group's servers, then each suite's blocks on them, under one progress display."""
+    async with contextlib.AsyncExitStack() as stack:
+        scorers = {}
+        for arm, handle in handles.items():
+            scorers[arm] = plan.engine.scorer(handle, seed=plan.request.seed)
+            stack.push_async_callback(scorers[arm].aclose)
+
+        async def check(arm: str) -> None:
+            report = await preflight_all(scorers[arm], server=arm)  # every URL of an attached arm
+            plan.manifest["arms"][arm].update(
+                {"tokenizer_fingerprint": report.tokenizer_fingerprint, "preflight": report.checks}
+            )
+
+        await _each(plan, list(scorers), check)
+        prints = {arm: info.get("tokenizer_fingerprint") for arm, info in plan.manifest["arms"].items()}
+        require_one_tokenizer({arm: fp for arm, fp in prints.items() if fp})  # this group's and earlier arms'
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[state]}"),
+            console=console,
+            transient=False,
+        ) as progress:
+            for suite in plan.suites:
+                await _run_blocks(plan, schedule, suite, scorers, recs, store, progress)
 
 
-async def _run_arm(
-    plan: RunPlan, arm: str, handle: Any, todo: dict[str, list[Item]], store: RecordStore, progress: Progress
-) -> dict[str, Any]:
-    scorer = plan.engine.scorer(handle, seed=plan.request.seed)
-    try:
-        report = await preflight_all(scorer, server=arm)  # every URL of an attached arm
-        out: dict[str, Any] = {"_fingerprint": report.tokenizer_fingerprint, "_preflight": report.checks}
+async def _run_blocks(
+    plan: RunPlan,
+    schedule: Schedule,
+    suite: Suite,
+    scorers: dict[str, Any],
+    recs: Records,
+    store: RecordStore,
+    progress: Progress,
+) -> None:
+    """Each block of the suite on every arm that lacks some of its items; ``recs`` gains the new
+    records (so no look re-reads the files) and each arm's time on the suite is recorded."""
+    items = plan.items[suite.name]
+    bars: dict[str, Any] = {}
+    spent: dict[str, float] = {}
+
+    async def run(arm: str, block: list[Item]) -> None:
+        done = recs[arm][suite.name]
+        todo = missing(done, suite.name, block)
         variant = plan.manifest["variants"][arm]["name"]
-        for suite in plan.suites:
-            items = todo[suite.name]
-            if not items:
-                continue
-            await flush_cache(scorer)
-            bar = progress.add_task(f"{arm:9} {variant:10} {suite.name}", total=len(items))
-            t0 = time.perf_counter()
-            await run_suite(plan, suite, items, scorer, store, arm, variant, progress, bar)
-            out[suite.name] = round(time.perf_counter() - t0, 2)
-        return out
-    finally:
-        await scorer.aclose()
+        if arm not in bars:  # the arm's first items of this suite
+            await flush_cache(scorers[arm])
+            left = len(missing(done, suite.name, items))
+            bars[arm] = progress.add_task(
+                f"{arm:9} {variant:10} {suite.name}", total=len(items), completed=len(items) - left, state=""
+            )
+        t0 = time.perf_counter()
+        written = await run_suite(plan, suite, todo, scorers[arm], store, arm, variant, progress, bars[arm])
+        spent[arm] = spent.get(arm, 0.0) + time.perf_counter() - t0
+        done.update((r.key, r) for r in written)
+
+    def show() -> None:
+        for bar in bars.values():
+            progress.update(bar, state=schedule.notes.get(suite.name, ""))
+
+    for block in schedule.blocks(suite, recs):
+        show()
+        arms = [arm for arm in scorers if missing(recs[arm][suite.name], suite.name, block)]
+        await _each(plan, arms, functools.partial(run, block=block))
+    show()
+    for arm, seconds in spent.items():
+        plan.manifest["arms"][arm].setdefault("durations_s", {})[suite.name] = round(seconds, 2)
 
 
 async def run_suite(

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,8 @@ from evalgate.errors import EvalgateError
 from evalgate.gate import GatePolicy, Verdict, decide
 from evalgate.kernel_check import kernel_failures
 from evalgate.manifest import load_manifest
-from evalgate.records import Pair, RecordStore, pair_records
+from evalgate.records import Pair, RecordStore, errors_as_wrong, pair_records
+from evalgate.stats.sequential import outcomes, summary_note
 
 __all__ = ["RunData", "load_run", "verdict_for"]
 
@@ -32,13 +32,9 @@ class RunData:
         self.errors_as_wrong = bool(self.manifest.get("request", {}).get("errors_as_wrong"))
         if self.errors_as_wrong:  # an item that failed after retries scores 0 on that arm
             for suite, arms in self.records.items():
-                zero = dict.fromkeys(self.manifest["suites"][suite]["metrics"], 0.0)
-                for recs in arms.values():
-                    for key, r in recs.items():
-                        if r.error:
-                            recs[key] = replace(
-                                r, metrics=zero, error=None, extra={**r.extra, "error": r.error}
-                            )
+                metrics = self.manifest["suites"][suite]["metrics"]
+                for arm, recs in arms.items():
+                    arms[arm] = errors_as_wrong(recs, metrics)
         self.pairs: dict[str, list[Pair]] = {}
         self.missing: dict[str, int] = {}
         self.aa_pairs: dict[str, list[Pair]] = {}
@@ -55,8 +51,6 @@ class RunData:
         if self.manifest.get(
             "sequential"
         ):  # a suite that stopped early needs only its used items (no --aa here)
-            from evalgate.sequential import outcomes
-
             self.sequential = outcomes(self)
             for suite, out in self.sequential.items():
                 used = set(self.manifest["suites"][suite]["item_ids"][: out.used])
@@ -97,8 +91,6 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         sequential=run.sequential or None,
     )
     if run.sequential:
-        from evalgate.sequential import summary_note
-
         verdict.notes.append(summary_note(run.sequential))
     errors = run.errors()
     incomplete = {s: k for s, k in run.missing.items() if k > 0}

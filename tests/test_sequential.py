@@ -9,8 +9,8 @@ import pytest
 
 from evalgate.gate import GatePolicy, decide
 from evalgate.records import Pair
-from evalgate.sequential import SequentialRule, replay, replay_stream, rule_for, shuffled
 from evalgate.stats import flip_evalue, flip_futile, sequential_evalue, sequential_futile
+from evalgate.stats.sequential import SequentialRule, replay, replay_stream, rule_for, shuffled
 from evalgate.suites import Item
 from tests.test_gate import _rec
 
@@ -113,16 +113,16 @@ def test_chunked_sequential_false_block_rate_under_h0() -> None:
 def test_arms_run_together_only_on_separate_gpus() -> None:
     from types import SimpleNamespace
 
-    from evalgate.runner import _arm_groups
+    from evalgate.schedule import arm_groups
 
     specs = {"baseline": 0, "candidate": 0, "aa": 0}
     req = SimpleNamespace(with_throughput=False)
     one_gpu = SimpleNamespace(specs=specs, request=req, engine=SimpleNamespace(concurrent_arms=False))
-    assert _arm_groups(one_gpu) == [["baseline"], ["candidate"], ["aa"]]
+    assert arm_groups(one_gpu) == [["baseline"], ["candidate"], ["aa"]]
     two = SimpleNamespace(specs=specs, request=req, engine=SimpleNamespace(concurrent_arms=True))
-    assert _arm_groups(two) == [["baseline", "candidate"], ["aa"]]
+    assert arm_groups(two) == [["baseline", "candidate"], ["aa"]]
     sweep = SimpleNamespace(specs=specs, request=SimpleNamespace(with_throughput=True), engine=two.engine)
-    assert _arm_groups(sweep) == [["baseline"], ["candidate"], ["aa"]]
+    assert arm_groups(sweep) == [["baseline"], ["candidate"], ["aa"]]
 
 
 def test_flip_evalue_against_numerical_integration() -> None:

@@ -16,10 +16,11 @@ from rich.console import Console
 from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
 from evalgate.kernel_check import kernel_check_for, kernel_failures
-from evalgate.manifest import load_manifest, write_manifest
+from evalgate.manifest import load_manifest
+from evalgate.plan import CompareRequest, plan_compare
 from evalgate.report import github, render_run
 from evalgate.report.terminal import print_verdict
-from evalgate.runner import CompareRequest, plan_compare, run_arms
+from evalgate.runner import run_arms
 from evalgate.suites import DEFAULT_SUITES, PRESETS
 
 __all__ = ["DEFAULTS", "add_parser", "request_from_args", "run"]
@@ -268,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
     check = kernel_check_for(plan.variants["candidate"], skip=bool(args.skip_kernel_check))
     if check is not None:
         plan.manifest["kernel_check"] = check
-        write_manifest(plan.run_dir, plan.manifest)
+        plan.save()
         if kernel_failures(check):
             _, verdict = render_run(plan.run_dir)  # BLOCK before spending any server time
             print_verdict(verdict, console, run_dir=str(plan.run_dir))

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from evalgate.errors import ConfigError
+from evalgate.stats import stable_seed
 
 __all__ = [
     "PRESETS",
@@ -97,12 +98,6 @@ class Suite(Protocol):
     def load(self, options: SuiteOptions, n: int | None) -> list[Item]: ...
 
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult: ...
-
-
-def stable_seed(*parts: object) -> int:
-    """A 32-bit seed from strings and ints, stable across processes (unlike ``hash``)."""
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "little")
 
 
 def select_indices(

@@ -1,49 +1,46 @@
-"""``compare --sequential``: both arms up at once, items in chunks, each suite stops as soon as it can.
+"""The ``--sequential`` rule: after each chunk of items, look at two always-valid e-values, and
+stop a suite as soon as it can.
 
-Items run in a seeded shuffled order (recorded as the manifest's ``item_ids``). After each chunk
-has run on both arms, two always-valid e-values are updated: one on the discordant pairs in that
-order (``stats.sequential_evalue``: did accuracy change?) and, with the agreement gate, one on
-the flip count (``stats.flip_evalue``: do more answers flip than the budget?). Each test gets
-alpha over the number of tests in the family (Bonferroni, so one suite's stop never depends on
+Items run in a seeded shuffled order (``shuffled``, recorded as the manifest's ``item_ids``).
+After each chunk has run on both arms, two e-values are updated: one on the discordant pairs in
+that order (``sequential_evalue``: did accuracy change?) and, with the agreement gate, one on
+the flip count (``flip_evalue``: do more answers flip than the budget?). Each test gets alpha
+over the number of tests in the family (Bonferroni, so one suite's stop never depends on
 another). A suite stops with BLOCK once either e-value reaches that bound, and as futile once
-neither can (``stats.sequential_futile``, ``stats.flip_futile``). The verdict is recomputed from
-the records by ``replay``, the same function the loop used, so a report re-render or a resumed
-run reaches exactly the decisions the live run did.
+neither can (``sequential_futile``, ``flip_futile``). The compare loop (``evalgate.schedule``)
+and a re-render from the files (``outcomes``) both call ``replay``, so a report or a resumed run
+reaches exactly the decisions the live run did.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
 
 import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evalgate.errors import ConfigError
-from evalgate.manifest import utc_now, write_manifest
-from evalgate.records import Pair, Record, RecordStore, pair_records
-from evalgate.runner import flush_cache, launch_arms, require_one_tokenizer, run_suite
-from evalgate.stats import flip_evalue, flip_futile, sequential_evalue, sequential_futile
-from evalgate.suites import Item
-from evalgate.suites._base import stable_seed
+from evalgate.records import Pair
+from evalgate.stats._agreement import DEFAULT_FLIP_BUDGET
+from evalgate.stats._evalues import flip_evalue, flip_futile, sequential_evalue, sequential_futile
+from evalgate.stats._seeds import stable_seed
 
 __all__ = [
     "DEFAULT_CHUNK",
     "SequentialOutcome",
     "SequentialRule",
+    "outcomes",
     "replay",
     "replay_stream",
     "rule_for",
-    "run_sequential",
+    "run_rule",
     "shuffled",
+    "summary_note",
 ]
 
 DEFAULT_CHUNK = 50
-ARMS = ("baseline", "candidate")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -93,14 +90,12 @@ class SequentialRule:
 
 def rule_for(*, chunk: int, alpha: float, n_suites: int, policy: str, agreement_gate: bool,
              flip_budget: float | None) -> SequentialRule:  # fmt: skip
-    from evalgate.agreement import DEFAULT_FLIP_BUDGET
-
     tests = max(1, n_suites) * (2 if agreement_gate else 1)
     budget = (flip_budget if flip_budget is not None else DEFAULT_FLIP_BUDGET) if agreement_gate else None
     return SequentialRule(int(chunk), alpha / tests, policy == "regression", budget)
 
 
-def shuffled(items: Sequence[Item], *, seed: int, suite: str) -> list[Item]:
+def shuffled(items: Sequence[T], *, seed: int, suite: str) -> list[T]:
     """The suite's items in the seeded order the sequential test consumes them."""
     order = np.random.default_rng(stable_seed(seed, suite, "sequential")).permutation(len(items))
     return [items[i] for i in order]
@@ -209,119 +204,6 @@ def outcomes(run: Any) -> dict[str, SequentialOutcome]:
         by_id = {p.item_id: p for p in run.pairs[suite] if p.repeat == 0}
         out[suite] = replay(meta["item_ids"], by_id, metric=meta["metrics"][0], rule=rule)
     return out
-
-
-def run_sequential(plan: Any, console: Console) -> None:
-    """Launch both arms together and run chunks until every suite has decided."""
-    if plan.request.aa or plan.request.with_throughput:
-        raise ConfigError(
-            "--sequential cannot be combined with --aa or --with-throughput",
-            fix="run the A/A calibration or the throughput sweep as a separate, full run",
-        )
-    store = RecordStore(plan.run_dir)
-    with contextlib.ExitStack() as stack:
-        handles = launch_arms(plan, stack, ARMS)
-        asyncio.run(_loop(plan, handles, store, console))
-    plan.manifest["finished_utc"] = utc_now()
-    write_manifest(plan.run_dir, plan.manifest)
-
-
-async def _loop(plan: Any, handles: dict[str, Any], store: RecordStore, console: Console) -> None:
-    from evalgate.engines.external import preflight_all
-
-    scorers = {arm: plan.engine.scorer(h, seed=plan.request.seed) for arm, h in handles.items()}
-    seq = plan.manifest["sequential"]
-    rule = run_rule(plan.manifest)
-    concurrent = bool(getattr(plan.engine, "concurrent_arms", False))
-    try:
-        prints = {}
-        for arm, scorer in scorers.items():
-            report = await preflight_all(scorer, server=arm)
-            plan.manifest["arms"][arm].update(
-                {"tokenizer_fingerprint": report.tokenizer_fingerprint, "preflight": report.checks}
-            )
-            prints[arm] = report.tokenizer_fingerprint
-        require_one_tokenizer(prints)
-        write_manifest(plan.run_dir, plan.manifest)
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[state]}"),
-            console=console,
-        ) as progress:
-            for suite in plan.suites:
-                for scorer in scorers.values():
-                    await flush_cache(scorer)
-                items = plan.items[suite.name]
-                bar = progress.add_task(f"sequential {suite.name}", total=len(items), state="")
-                recs = {arm: store.load(suite.name, arm) for arm in ARMS}  # read once; chunks add to it
-                while True:
-                    pairs = _pairs(recs, suite.name, errors_as_wrong=plan.request.errors_as_wrong)
-                    state = replay([it.item_id for it in items], pairs, metric=suite.metrics[0], rule=rule)
-                    progress.update(
-                        bar, completed=state.used, state=f"E = {state.evalue:.3g} ({state.decision})"
-                    )
-                    if state.decision != "running":
-                        seq["suites"][suite.name] = state.to_dict()
-                        write_manifest(plan.run_dir, plan.manifest)
-                        break
-                    block = items[state.used : state.used + seq["chunk"]]
-                    runs = [
-                        _chunk(plan, suite, block, scorers[arm], store, recs[arm], arm, progress)
-                        for arm in ARMS
-                    ]
-                    if concurrent:  # one GPU set per arm: both arms at once
-                        await asyncio.gather(*runs)
-                    else:  # one device (or two CPU cores): one busy server at a time
-                        for run in runs:
-                            await run
-    finally:
-        for scorer in scorers.values():
-            await scorer.aclose()
-
-
-def _pairs(recs: Mapping[str, Mapping[Any, Record]], suite: str, *, errors_as_wrong: bool) -> dict[str, Pair]:
-    """Paired records so far; with --errors-as-wrong a failed item scores 0, as in the verdict."""
-    arms = {arm: list(recs[arm].values()) for arm in ARMS}
-    if errors_as_wrong:
-        arms = {
-            arm: [replace(r, metrics={}, error=None) if r.error else r for r in rs]
-            for arm, rs in arms.items()
-        }
-    return {
-        p.item_id: p for p in pair_records(arms["baseline"], arms["candidate"], suite=suite) if p.repeat == 0
-    }
-
-
-async def _chunk(
-    plan: Any,
-    suite: Any,
-    block: list[Item],
-    scorer: Any,
-    store: RecordStore,
-    done: dict[Any, Record],
-    arm: str,
-    progress: Progress,
-) -> None:
-    """Run the chunk's missing items on ``arm``; ``done`` (its records, kept in memory so no look
-    re-reads the files) gains the new ones."""
-    todo = [it for it in block if (r := done.get((suite.name, it.item_id, 0))) is None or r.error is not None]
-    if not todo:
-        return
-    variant = plan.manifest["variants"][arm]["name"]
-    hidden = progress.add_task("", total=len(todo), visible=False)
-    written = await run_suite(plan, suite, todo, scorer, store, arm, variant, progress, hidden)
-    done.update((r.key, r) for r in written)
-    errors = [r for r in written if r.error]
-    if errors and not plan.request.errors_as_wrong:
-        from evalgate.client import RequestFailed
-
-        raise RequestFailed(
-            f"{len(errors)} {suite.name} item(s) failed on the {arm} after retries; first: {errors[0].error}",
-            fix="fix the server and continue with --resume RUN_DIR (or pass --errors-as-wrong)",
-        )
 
 
 def summary_note(outs: Mapping[str, SequentialOutcome]) -> str:

@@ -1,4 +1,4 @@
-"""Always-valid sequential test on the stream of discordant pairs (re-exported by ``evalgate.stats``).
+"""Always-valid e-values: the accuracy test on the stream of discordant pairs and the flip-budget test.
 
 Each discordant pair is a regression (baseline right, candidate wrong) with probability theta;
 H0 is theta = 1/2. Mixing the likelihood ratio over theta ~ Beta(a, b) gives the e-process
@@ -14,7 +14,6 @@ for a regression or an improvement); read the direction from ``regressions``/``i
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -22,6 +21,8 @@ from typing import Literal
 import numpy as np
 from scipy.special import betainc, betaln
 from scipy.stats import beta as _beta
+
+from evalgate.stats import _checks as check
 
 __all__ = [
     "SequentialResult",
@@ -44,25 +45,6 @@ class SequentialResult:
     improvements: int  # s at stopped_at
 
 
-def _count(name: str, value: object) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a non-negative integer count, got bool {value!r}")
-    try:
-        out = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"{name} must be a non-negative integer count, got {value!r}") from None
-    if out < 0:
-        raise ValueError(f"{name} must be a non-negative integer count, got {out}")
-    return out
-
-
-def _shape(name: str, value: float) -> float:
-    v = float(value)
-    if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be a positive finite Beta shape, got {value!r}")
-    return v
-
-
 def _log_evalue(r: np.ndarray | int, s: np.ndarray | int, a: float, b: float) -> np.ndarray:
     out = (np.asarray(r) + np.asarray(s)) * math.log(2.0) + betaln(a + r, b + s) - betaln(a, b)
     return np.asarray(out, dtype=float)
@@ -70,8 +52,8 @@ def _log_evalue(r: np.ndarray | int, s: np.ndarray | int, a: float, b: float) ->
 
 def sequential_evalue(regressions: int, improvements: int, *, a: float = 1.0, b: float = 1.0) -> float:
     """Beta-binomial mixture e-value 2^(r+s) B(a+r, b+s) / B(a, b), computed in log space."""
-    r, s = (_count(k, v) for k, v in (("regressions", regressions), ("improvements", improvements)))
-    return float(np.exp(_log_evalue(r, s, _shape("a", a), _shape("b", b))))
+    r, s = (check.count(k, v) for k, v in (("regressions", regressions), ("improvements", improvements)))
+    return float(np.exp(_log_evalue(r, s, check.shape("a", a), check.shape("b", b))))
 
 
 def sequential_test(
@@ -98,9 +80,9 @@ def sequential_test(
         raise ValueError("discordant must be a 1-D sequence of 0 (improvement) and 1 (regression)")
     if not 0 < float(alpha) < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    a, b = _shape("a", a), _shape("b", b)
+    a, b = check.shape("a", a), check.shape("b", b)
     t = x.size
-    if n_total is not None and _count("n_total", n_total) < t:
+    if n_total is not None and check.count("n_total", n_total) < t:
         raise ValueError(f"n_total ({n_total}) is smaller than the stream's length ({t})")
     r = np.concatenate(([0], np.cumsum(x == 1)))
     s = np.arange(t + 1) - r
@@ -142,13 +124,13 @@ def sequential_futile(
     Stopping for futility never blocks, so it cannot raise the false-block rate; what it costs
     is power, measured in ``benchmarks/sequential_savings.py``.
     """
-    r, s = _count("regressions", regressions), _count("improvements", improvements)
-    k, n = _count("items_seen", items_seen), _count("items_total", items_total)
+    r, s = check.count("regressions", regressions), check.count("improvements", improvements)
+    k, n = check.count("items_seen", items_seen), check.count("items_total", items_total)
     if k > n or r + s > k:
         raise ValueError(f"inconsistent counts: {r} + {s} discordant of {k} seen of {n} items")
     if not 0 < float(alpha) < 1 or not 0.5 < float(confidence) < 1:
         raise ValueError(f"alpha must be in (0, 1) and confidence in (0.5, 1), got {alpha!r}, {confidence!r}")
-    a, b = _shape("a", a), _shape("b", b)
+    a, b = check.shape("a", a), check.shape("b", b)
     threshold = math.log(1 / float(alpha))
     left = n - k
     if left == 0:
@@ -184,9 +166,9 @@ def flip_evalue(flips: int, n: int, *, budget: float) -> float:
     Each item multiplies it by q/b (a flip) or (1-q)/(1-b) (no flip), whose mean is at most 1
     whenever the true rate is at most b, so it is a nonnegative supermartingale under H0 and
     P(sup E >= 1/alpha) <= alpha (Ville): the flip gate may look after every chunk, like the
-    accuracy e-value, where the fixed-n binomial test of ``stats.flip_budget_test`` may not.
+    accuracy e-value, where the fixed-n binomial test of ``flip_budget_test`` may not.
     """
-    f, m = _count("flips", flips), _count("n", n)
+    f, m = check.count("flips", flips), check.count("n", n)
     if f > m:
         raise ValueError(f"flips ({f}) cannot exceed n ({m})")
     if not 0 < float(budget) < 1:
@@ -208,7 +190,8 @@ def flip_futile(
     items left flip at the ``confidence`` upper bound of the rate seen so far, it ends below.
     Like ``sequential_futile``, checked only after ``min_fraction`` of the items; stopping for
     futility never blocks, so it cannot raise the false-block rate."""
-    f, k, n = _count("flips", flips), _count("items_seen", items_seen), _count("items_total", items_total)
+    f = check.count("flips", flips)
+    k, n = check.count("items_seen", items_seen), check.count("items_total", items_total)
     if f > k or k > n:
         raise ValueError(f"inconsistent counts: {f} flips of {k} seen of {n} items")
     threshold = math.log(1 / float(alpha))

@@ -1,0 +1,72 @@
+"""Paired statistics for gating a rollout: tests, intervals, power, agreement, e-values and the
+sequential rule. Nothing here knows about engines, suites or the runner.
+
+Every function is pure and deterministic given its inputs (random ones take an explicit
+``numpy.random.Generator``). Binary outcomes use the paired 2x2 table of one eval run on two arms:
+
+    n11 = both right, n10 = baseline right & candidate wrong (a regression),
+    n01 = baseline wrong & candidate right (an improvement), n00 = both wrong,
+
+and ``delta = p_candidate - p_baseline = (n01 - n10) / n``. A negative delta is a regression.
+"""
+
+from __future__ import annotations
+
+from evalgate.stats._agreement import (
+    DEFAULT_FLIP_BUDGET,
+    BinomTestResult,
+    choice_kl,
+    flip_budget_test,
+    top1_agree,
+)
+from evalgate.stats._evalues import (
+    SequentialResult,
+    flip_evalue,
+    flip_futile,
+    sequential_evalue,
+    sequential_futile,
+    sequential_test,
+)
+from evalgate.stats._intervals import DiffCI, paired_diff_ci
+from evalgate.stats._paired import McNemarResult, holm, mcnemar, mde
+from evalgate.stats._resampling import BootstrapResult, PermutationResult, paired_bootstrap, sign_flip_test
+from evalgate.stats._seeds import stable_seed
+from evalgate.stats.sequential import (
+    SequentialOutcome,
+    SequentialRule,
+    replay,
+    replay_stream,
+    rule_for,
+    shuffled,
+)
+
+__all__ = [
+    "DEFAULT_FLIP_BUDGET",
+    "BinomTestResult",
+    "BootstrapResult",
+    "DiffCI",
+    "McNemarResult",
+    "PermutationResult",
+    "SequentialOutcome",
+    "SequentialResult",
+    "SequentialRule",
+    "choice_kl",
+    "flip_budget_test",
+    "flip_evalue",
+    "flip_futile",
+    "holm",
+    "mcnemar",
+    "mde",
+    "paired_bootstrap",
+    "paired_diff_ci",
+    "replay",
+    "replay_stream",
+    "rule_for",
+    "sequential_evalue",
+    "sequential_futile",
+    "sequential_test",
+    "shuffled",
+    "sign_flip_test",
+    "stable_seed",
+    "top1_agree",
+]
