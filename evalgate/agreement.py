@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ConfigDict
+from pydantic import dataclasses as pyd
 
 from evalgate import stats
 from evalgate.records import Pair
@@ -25,8 +27,10 @@ __all__ = ["DEFAULT_AA_MARGIN", "DEFAULT_FLIP_BUDGET", "AgreementRow", "agreemen
 DEFAULT_AA_MARGIN = 0.03
 
 
-@dataclass
+@pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
 class AgreementRow:
+    """One suite's flip-rate test against its budget (in verdict.json's ``agreement``)."""
+
     suite: str
     metric: str
     """The primary metric whose per-item outcomes define a flip."""

@@ -1,4 +1,5 @@
-"""``evalgate.toml``: engine settings shared by both arms, and user-defined variants.
+"""``evalgate.toml``: engine settings shared by both arms, user-defined variants, and each
+suite's own options.
 
 Example::
 
@@ -10,7 +11,11 @@ Example::
     base = "bf16"
     args = { "-c" = "32768" }
 
-Every flag of ``evalgate compare`` has a matching field; the command line wins.
+    [suites.tool_calls]   # a suite's own options (`evalgate suites list` shows them)
+    prefill = false
+
+The flags of ``evalgate compare`` are fields of ``evalgate.request.CompareRequest``, not of this
+file. A suite option given with ``--suite-opt SUITE.KEY=VALUE`` wins over its table here.
 """
 
 from __future__ import annotations
@@ -112,6 +117,9 @@ class EvalgateConfig(BaseModel):
     sglang: SGLangConfig = Field(default_factory=SGLangConfig)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     variants: dict[str, VariantConfig] = Field(default_factory=dict)
+    suites: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per suite, its own options (checked by the suite)."
+    )
 
     def custom_variants(self) -> dict[str, Variant]:
         out: dict[str, Variant] = {}

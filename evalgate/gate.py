@@ -10,14 +10,23 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from pydantic import ConfigDict
+from pydantic import dataclasses as pyd
 
 from evalgate import stats
 from evalgate.agreement import DEFAULT_AA_MARGIN, DEFAULT_FLIP_BUDGET, AgreementRow, agreement_row
 from evalgate.errors import ConfigError
 from evalgate.records import Pair
+from evalgate.request import Policy
+from evalgate.stats.sequential import SequentialRule, rule_for
 
-__all__ = ["GatePolicy", "Row", "Verdict", "decide", "paired_row"]
+if TYPE_CHECKING:
+    from evalgate.manifest import Manifest
+    from evalgate.request import CompareRequest
+
+__all__ = ["GatePolicy", "Row", "Verdict", "decide", "paired_row", "sequential_rule"]
 
 VERDICT_SCHEMA = 1
 
@@ -48,6 +57,18 @@ class GatePolicy:
         if self.margin is not None:
             parse_margin(self.margin)
 
+    @classmethod
+    def from_request(cls, req: CompareRequest) -> GatePolicy:
+        """The one place a run's policy is read: its request (a live run's, or its manifest's)."""
+        return cls(
+            alpha=float(req.alpha),
+            policy=req.policy,
+            margin=req.margin,
+            allow_diff=tuple(req.allow_diff),
+            agreement_gate=req.agreement_gate,
+            flip_budget=req.flip_budget,
+        )
+
     def margin_for(self, baseline: float) -> float | None:
         """The margin in accuracy units for a row whose baseline accuracy is ``baseline``."""
         if self.margin is None:
@@ -56,7 +77,23 @@ class GatePolicy:
         return value * baseline if relative else value
 
 
-POLICIES = ("difference", "regression", "non-inferiority")
+def sequential_rule(manifest: Manifest) -> SequentialRule:
+    """--sequential's rule for a run, from its request and chunk: the live loop and a re-render
+    from the files build it here, so both apply the very same rule."""
+    if manifest.sequential is None:
+        raise ValueError(f"run {manifest.run_id} is not a --sequential run")
+    policy = GatePolicy.from_request(manifest.request)
+    return rule_for(
+        chunk=manifest.sequential.chunk,
+        alpha=policy.alpha,
+        n_suites=len(manifest.suites),
+        policy=policy.policy,
+        agreement_gate=policy.agreement_gate,
+        flip_budget=policy.flip_budget,
+    )
+
+
+POLICIES: tuple[str, ...] = get_args(Policy)
 
 
 def parse_margin(text: str) -> tuple[float, bool]:
@@ -78,8 +115,10 @@ def parse_margin(text: str) -> tuple[float, bool]:
     return value, relative
 
 
-@dataclass
+@pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
 class Row:
+    """One (suite, metric) of the verdict: the paired counts, the test and the decision."""
+
     suite: str
     metric: str
     primary: bool
@@ -104,8 +143,10 @@ class Row:
     """--sequential: where the suite stopped; ``p_value`` is then the always-valid 1 / max E."""
 
 
-@dataclass
+@pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
 class Verdict:
+    """verdict.json (schema 1; docs/schemas/verdict.schema.json is generated from this class)."""
+
     verdict: str
     alpha: float
     policy: str
@@ -117,13 +158,15 @@ class Verdict:
     aa: list[Row] | None = None
     reliable: bool = True
     """False when the A/A pair (baseline against itself) would itself block."""
+    schema: Literal[1] = VERDICT_SCHEMA
 
     @property
     def exit_code(self) -> int:
         return {"PASS": 0, "BLOCK": 1}.get(self.verdict, 3)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": VERDICT_SCHEMA, **asdict(self)}
+        data = asdict(self)
+        return {"schema": data.pop("schema"), **data}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"

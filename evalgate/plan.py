@@ -1,12 +1,13 @@
-"""What ``evalgate compare`` will do, settled before any server starts: the request, the fairness
-check, the items, the run folder and its manifest (and, on --resume, that they match the run's).
+"""What ``evalgate compare`` will do, settled before any server starts: the fairness check, the
+suites with their own options, the items, the run folder and its manifest (and, on --resume,
+that they match the run's). The request itself is ``evalgate.request.CompareRequest``.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,11 @@ from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
 from evalgate.gguf import file_sha256
 from evalgate.manifest import (
-    MANIFEST_SCHEMA,
+    LaunchInfo,
+    Manifest,
+    SequentialInfo,
+    SuiteInfo,
+    VariantInfo,
     command_line,
     git_state,
     load_manifest,
@@ -29,6 +34,7 @@ from evalgate.manifest import (
     write_manifest,
 )
 from evalgate.records import safe_name
+from evalgate.request import CompareRequest
 from evalgate.stats.sequential import DEFAULT_CHUNK, shuffled
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
@@ -36,42 +42,6 @@ from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 __all__ = ["SMOKE_CPU_GEN_CAP", "CompareRequest", "RunPlan", "plan_compare"]
 
 SMOKE_CPU_GEN_CAP = 256
-
-
-@dataclass(frozen=True)
-class CompareRequest:
-    """Everything ``evalgate compare`` was asked to do (one field per flag)."""
-
-    baseline: str
-    candidate: str
-    suites: tuple[str, ...]
-    preset: str = "smoke"
-    limit: int | None = None
-    data_dir: Path | None = None
-    out: Path | None = None
-    alpha: float = 0.05
-    engine: str | None = None
-    seed: int = 1234
-    allow_diff: tuple[str, ...] = ()
-    resume: Path | None = None
-    max_gen_tokens: int | None = None
-    errors_as_wrong: bool = False
-    reveal_private: bool = False
-    policy: str = "difference"
-    margin: str | None = None
-    aa: bool = False
-    tool_prefill: bool | None = None
-    agreement_gate: bool = True
-    flip_budget: float | None = None
-    with_throughput: bool = False
-    deterministic: bool = False
-    baseline_url: tuple[str, ...] = ()
-    candidate_url: tuple[str, ...] = ()
-    """Attach mode: servers already running, sharded across these URLs; nothing is launched."""
-    protocol: str = "auto"
-    sequential: bool = False
-    chunk: int | None = None
-    """Items per look for --sequential (default 50)."""
 
 
 @dataclass
@@ -84,8 +54,8 @@ class RunPlan:
     suites: list[Suite]
     items: dict[str, list[Item]]
     options: SuiteOptions
+    manifest: Manifest
     variants: dict[str, Variant] = field(default_factory=dict)
-    manifest: dict[str, Any] = field(default_factory=dict)
 
     def save(self) -> None:
         """Write manifest.json atomically: every write of a compare run's manifest goes through here."""
@@ -97,13 +67,9 @@ def _run_id(req: CompareRequest) -> str:
     return f"{stamp}-{req.baseline}-vs-{req.candidate}-{secrets.token_hex(2)}".replace("+", "_")
 
 
-def plan_compare(
-    req: CompareRequest, cfg: EvalgateConfig, console: Console, *, record: dict[str, Any] | None = None
-) -> RunPlan:
+def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> RunPlan:
     """Everything that can fail without a server: config, variants, the fairness check, items."""
-    GatePolicy(alpha=req.alpha, policy=req.policy, margin=req.margin, flip_budget=req.flip_budget)  # validate
-    if req.preset not in PRESETS:
-        raise ConfigError(f"unknown preset {req.preset!r}", fix=f"use one of {', '.join(PRESETS)}")
+    GatePolicy.from_request(req)  # validate
     if req.deterministic:  # recorded in the launch args (-np 1), so a resume keeps it
         cfg = cfg.model_copy(update={"llamacpp": cfg.llamacpp.model_copy(update={"deterministic": True})})
     engine = _engine(req, cfg)
@@ -117,18 +83,23 @@ def plan_compare(
             engine.attach_info("baseline"), engine.attach_info("candidate"), allow=req.allow_diff
         )
     registry = default_registry()
-    suites = [registry.get(name) for name in req.suites]
+    extra = [name for name in req.suite_options if name not in req.suites]
+    if extra:
+        raise ConfigError(
+            f"suite options for {extra[0]}, which this run does not include",
+            fix="add it to --suites, or drop its --suite-opt",
+        )
+    suites = [registry.get(name, options=req.suite_options.get(name)) for name in req.suites]
     if req.max_gen_tokens is None and req.preset == "smoke" and engine.name == "llamacpp":
         # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
         # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
-        req = replace(req, max_gen_tokens=SMOKE_CPU_GEN_CAP)
+        req = req.model_copy(update={"max_gen_tokens": SMOKE_CPU_GEN_CAP})
     options = SuiteOptions(
         data_dir=req.data_dir,
         seed=req.seed,
         max_gen_tokens=req.max_gen_tokens,
         engine=engine.name,
         reveal_private=req.reveal_private,
-        tool_prefill=req.tool_prefill,
     )
     if req.sequential and req.policy == "non-inferiority":
         raise ConfigError(
@@ -150,7 +121,7 @@ def plan_compare(
     if req.resume:
         run_dir = Path(req.resume)
         old = load_manifest(run_dir)
-        run_id = str(old["run_id"])
+        run_id = old.run_id
     else:
         run_id = _run_id(req)
         run_dir = Path(req.out) if req.out else Path("reports") / run_id
@@ -159,21 +130,20 @@ def plan_compare(
                 f"{run_dir} already holds a run",
                 fix=f"continue it with --resume {run_dir}, or choose another --out",
             )
-    plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, variants)
-    plan.manifest = _manifest(plan, variants)
-    plan.manifest["request"] = record or {}
+    manifest = _manifest(req, run_id, engine, specs, suites, items, options, variants)
     if req.sequential:
-        plan.manifest["sequential"] = {"chunk": req.chunk or DEFAULT_CHUNK, "suites": {}}
+        manifest.sequential = SequentialInfo(chunk=req.chunk or DEFAULT_CHUNK)
     if req.resume:
-        _check_resume(old, plan.manifest, run_dir)
-        plan.manifest["arms"] = old["arms"]
-        plan.manifest["request"] = old.get("request", plan.manifest["request"])
-        plan.manifest["created_utc"] = old["created_utc"]
-        plan.manifest["resumed_utc"] = [*old.get("resumed_utc", []), utc_now()]
-        if old.get("sequential"):
-            plan.manifest["sequential"] = old["sequential"]
-        if old.get("throughput"):  # compare --with-throughput: arms already swept are not swept again
-            plan.manifest["throughput"] = old["throughput"]
+        _check_resume(old, manifest, run_dir)
+        manifest.arms = old.arms
+        manifest.request = old.request
+        manifest.created_utc = old.created_utc
+        manifest.resumed_utc = [*old.resumed_utc, utc_now()]
+        if old.sequential:
+            manifest.sequential = old.sequential
+        if old.throughput:  # compare --with-throughput: arms already swept are not swept again
+            manifest.throughput = old.throughput
+    plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, manifest, variants)
     plan.save()
     _write_prompts(plan)
     return plan
@@ -214,70 +184,70 @@ def _write_prompts(plan: RunPlan) -> None:
         tmp.replace(path)
 
 
-def _manifest(plan: RunPlan, variants: dict[str, Any]) -> dict[str, Any]:
-    req = plan.request
+def _manifest(
+    req: CompareRequest,
+    run_id: str,
+    engine: Any,
+    specs: dict[str, LaunchSpec],
+    suites: list[Suite],
+    items: dict[str, list[Item]],
+    options: SuiteOptions,
+    variants: dict[str, Variant],
+) -> Manifest:
+    return Manifest(
+        run_id=run_id,
+        created_utc=utc_now(),
+        command=command_line(),
+        engine=engine.name,
+        engine_version=engine.version(),
+        git=git_state(),
+        packages=package_versions(),
+        request=req,
+        variants={arm: VariantInfo(name=v.name, weights=v.weights, kv=v.kv) for arm, v in variants.items()},
+        launch={
+            arm: LaunchInfo(
+                model=s.model,
+                model_sha256=file_sha256(Path(s.model)) if Path(s.model).is_file() else None,
+                args=list(s.args),
+                env=list(s.env),
+            )
+            for arm, s in specs.items()
+        },
+        suites={
+            s.name: SuiteInfo(
+                version=s.version,
+                metrics=list(s.metrics),
+                kind=s.kind,
+                private=s.private,
+                source=s.source(options),
+                n=len(items[s.name]),
+                item_ids=[it.item_id for it in items[s.name]],
+            )
+            for s in suites
+        },
+        arm_names=list(specs),
+    )
+
+
+def _resume_keys(m: Manifest) -> dict[str, Any]:
+    """What a resumed run must share with the original (the rest of its request is the original's)."""
+    req = m.request
     return {
-        "schema": MANIFEST_SCHEMA,
-        "run_id": plan.run_id,
-        "created_utc": utc_now(),
-        "finished_utc": None,
-        "command": command_line(),
-        "engine": plan.engine.name,
-        "engine_version": plan.engine.version(),
+        "engine": m.engine,
+        "engine_version": m.engine_version,
         "seed": req.seed,
-        "alpha": req.alpha,
-        "policy": req.policy,
-        "margin": req.margin,
         "preset": req.preset,
         "limit": req.limit,
         "max_gen_tokens": req.max_gen_tokens,
-        "allow_diff": list(req.allow_diff),
-        "reveal_private": req.reveal_private,
-        "data_dir": str(req.data_dir) if req.data_dir else None,
-        "git": git_state(),
-        "packages": package_versions(),
-        "variants": {arm: {"name": v.name, "weights": v.weights, "kv": v.kv} for arm, v in variants.items()},
-        "launch": {
-            arm: {
-                "model": s.model,
-                "model_sha256": file_sha256(Path(s.model)) if Path(s.model).is_file() else None,
-                "args": [[k, v] for k, v in s.args],
-                "env": [[k, v] for k, v in s.env],
-            }
-            for arm, s in plan.specs.items()
-        },
-        "suites": {
-            s.name: {
-                "version": s.version,
-                "metrics": list(s.metrics),
-                "kind": s.kind,
-                "private": s.private,
-                "source": s.source(plan.options),
-                "n": len(plan.items[s.name]),
-                "item_ids": [it.item_id for it in plan.items[s.name]],
-            }
-            for s in plan.suites
-        },
-        "arm_names": list(plan.specs),
-        "arms": {},
+        "variants": m.variants,
+        "launch": m.launch,
+        "suites": m.suites,
     }
 
 
-_RESUME_KEYS = (
-    "engine",
-    "engine_version",
-    "seed",
-    "preset",
-    "limit",
-    "max_gen_tokens",
-    "variants",
-    "launch",
-    "suites",
-)
-
-
-def _check_resume(old: dict[str, Any], new: dict[str, Any], run_dir: Path) -> None:
-    mismatched = [k for k in _RESUME_KEYS if old.get(k) != new.get(k)]
+def _check_resume(old: Manifest, new: Manifest, run_dir: Path) -> None:
+    before, now = _resume_keys(old), _resume_keys(new)
+    mismatched = [k for k in before if before[k] != now[k]]
     if mismatched:
         raise ConfigError(
             f"--resume {run_dir}: this command differs from the original run in {', '.join(mismatched)}",

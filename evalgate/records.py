@@ -1,6 +1,7 @@
 """Per-item records: the versioned schema, the append-only JSONL store, and pairing.
 
-Schema 1, one JSON object per line, one line per item per arm, written and flushed as each
+``Record`` (a pydantic dataclass; docs/schemas/record.schema.json is generated from it) is
+schema 1: one JSON object per line, one line per item per arm, written and flushed as each
 item finishes. Keys (in this order): schema, run_id, arm, variant, suite, suite_version,
 item_id, repeat, prompt_hash, target, response, extracted, metrics, tokens, latency_s, error,
 extra. A later line for the same (suite, item_id, repeat) supersedes an earlier one, which is
@@ -15,7 +16,10 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import dataclasses as pyd
 
 from evalgate.errors import ConfigError
 
@@ -26,6 +30,7 @@ __all__ = [
     "RecordStore",
     "errors_as_wrong",
     "pair_records",
+    "parse_record",
     "read_records",
     "safe_name",
 ]
@@ -34,25 +39,34 @@ SCHEMA = 1
 K = TypeVar("K")
 
 
-@dataclass(frozen=True)
+@pyd.dataclass(frozen=True, config=ConfigDict(extra="forbid", use_attribute_docstrings=True))
 class Record:
+    """One item on one arm: what was sent (by hash), what came back, and its metrics."""
+
     run_id: str
     arm: str
+    """baseline, candidate or aa (the baseline launched again)."""
     variant: str
     suite: str
     suite_version: int
     item_id: str
     repeat: int
     prompt_hash: str
+    """Hash of exactly what was sent; both arms' records of an item must have the same."""
     target: Any
+    """The reference answer (None for a private suite)."""
     response: Any
+    """Text, per-choice [loglik, greedy] pairs, or a chat message (None for a private suite)."""
     extracted: Any
+    """The answer the scorer read from the response."""
     metrics: dict[str, float]
+    """Per metric 0 or 1 (the suite's primary metric first); empty when the item failed."""
     tokens: dict[str, int] = field(default_factory=dict)
     latency_s: float = 0.0
     error: str | None = None
+    """Why the item failed after retries; a later record for the item supersedes this one."""
     extra: dict[str, Any] = field(default_factory=dict)
-    schema: int = SCHEMA
+    schema: Literal[1] = SCHEMA
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -61,16 +75,37 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
-        if data.get("schema") != SCHEMA:
-            raise ConfigError(
-                f"record schema {data.get('schema')!r} is not {SCHEMA}",
-                fix="re-render with the evalgate version that wrote this run",
-            )
-        return cls(**data)
+        _check_schema(data)
+        return cls(**data)  # validated: a wrong type raises ValidationError
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.suite, self.item_id, self.repeat)
+
+
+def _check_schema(data: Any) -> None:
+    found = data.get("schema") if isinstance(data, dict) else None
+    if found != SCHEMA:
+        raise ConfigError(
+            f"record schema {found!r} is not {SCHEMA}",
+            fix="re-render with the evalgate version that wrote this run",
+        )
+
+
+_PARSE = TypeAdapter(Record)
+
+
+def parse_record(line: str) -> Record:
+    """One JSONL line as a validated Record (straight from JSON: the fast path for big runs)."""
+    try:
+        return _PARSE.validate_json(line)
+    except ValidationError as exc:
+        errors = exc.errors()
+        if any(e["type"] == "json_invalid" for e in errors):  # Python's json also takes lone surrogates
+            return Record.from_dict(json.loads(line))
+        if any(e["loc"][:1] == ("schema",) for e in errors):
+            _check_schema(json.loads(line))
+        raise
 
 
 def _jsonable(obj: object) -> object:
@@ -130,8 +165,8 @@ def read_records(path: Path) -> Iterator[Record]:
             if not line.endswith("\n"):
                 return  # torn by a crash mid-write; the item reruns on resume
             try:
-                yield Record.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError) as exc:
+                yield parse_record(line)
+            except (json.JSONDecodeError, ValidationError) as exc:
                 raise ConfigError(
                     f"{path}:{lineno} is not a valid record: {exc}",
                     fix="remove that line; its item will rerun with --resume",

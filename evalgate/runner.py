@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evalgate.client import RequestFailed
 from evalgate.engines.external import preflight_all
 from evalgate.errors import EvalgateError, PreflightError
-from evalgate.manifest import utc_now
+from evalgate.manifest import ArmInfo, utc_now
 from evalgate.plan import RunPlan
 from evalgate.records import Record, RecordStore
 from evalgate.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
@@ -46,7 +46,7 @@ def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
     store = RecordStore(plan.run_dir)
     for group in schedule.groups():
         for arm in group:
-            plan.manifest["arms"].setdefault(arm, {})
+            plan.manifest.arms.setdefault(arm, ArmInfo())
         recs = {arm: {s.name: store.load(s.name, arm) for s in plan.suites} for arm in group}
         busy = schedule.live(group, recs)
         sweep = [arm for arm in group if _needs_sweep(plan, arm)]
@@ -57,13 +57,13 @@ def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
             handles = launch_arms(plan, stack, live)
             asyncio.run(_run_group(plan, schedule, handles, recs, store, console))
             for arm in live:
-                plan.manifest["arms"][arm]["ended_utc"] = utc_now()
+                plan.manifest.arms[arm].ended_utc = utc_now()
                 if arm in sweep:  # after the suites, on the same server: tok/s, TTFT, ITL, KV capacity
                     _sweep(plan, arm, handles[arm], console)
             plan.save()
     if plan.request.with_throughput:
-        finish_compare(plan.run_dir, plan.manifest)  # -> manifest["throughput"] and throughput.json
-    plan.manifest["finished_utc"] = utc_now()
+        finish_compare(plan.run_dir, plan.manifest)  # -> manifest.throughput and throughput.json
+    plan.manifest.finished_utc = utc_now()
     plan.save()
 
 
@@ -75,14 +75,11 @@ def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str])
             plan.engine.launch(plan.specs[arm], name=arm, log_dir=plan.run_dir / "logs")
         )
         handles[arm] = handle
-        plan.manifest["arms"].setdefault(arm, {}).update(
-            {
-                "command": handle.command,
-                "started_utc": utc_now(),
-                "server": handle.info,
-                "pid": handle.process.pid if handle.process else None,
-            }
-        )
+        info = plan.manifest.arms.setdefault(arm, ArmInfo())
+        info.command = list(handle.command)
+        info.started_utc = utc_now()
+        info.server = handle.info
+        info.pid = handle.process.pid if handle.process else None
     plan.save()
     return handles
 
@@ -103,20 +100,19 @@ async def flush_cache(scorer: Any) -> None:
 
 
 def _needs_sweep(plan: RunPlan, arm: str) -> bool:
-    swept = {
-        a for a, d in ((plan.manifest.get("throughput") or {}).get("arms") or {}).items() if d.get("levels")
-    }
+    done = (plan.manifest.throughput or {}).get("arms") or {}
+    swept = {a for a, d in done.items() if d.get("levels")}
     return plan.request.with_throughput and arm in ("baseline", "candidate") and arm not in swept
 
 
 def _sweep(plan: RunPlan, arm: str, handle: Any, console: Console) -> None:
-    info = plan.manifest["arms"][arm]
-    variant = plan.manifest["variants"][arm]["name"]
+    info = plan.manifest.arms[arm]
+    variant = plan.manifest.variants[arm].name
     try:
-        info["throughput"] = measure_handle(handle, name=arm, variant=variant)
+        info.throughput = measure_handle(handle, name=arm, variant=variant)
     except EvalgateError as exc:  # the sweep is extra: it must not cost the verdict
         console.print(f"[yellow]throughput sweep of the {arm} failed:[/] {exc}")
-        info["throughput"] = {"error": exc.render()}
+        info.throughput = {"error": exc.render()}
 
 
 async def _each(plan: RunPlan, arms: Sequence[str], job: Callable[[str], Awaitable[Any]]) -> None:
@@ -146,12 +142,12 @@ async def _run_group(
 
         async def check(arm: str) -> None:
             report = await preflight_all(scorers[arm], server=arm)  # every URL of an attached arm
-            plan.manifest["arms"][arm].update(
-                {"tokenizer_fingerprint": report.tokenizer_fingerprint, "preflight": report.checks}
-            )
+            info = plan.manifest.arms[arm]
+            info.tokenizer_fingerprint = report.tokenizer_fingerprint
+            info.preflight = report.checks  # validated into Check rows
 
         await _each(plan, list(scorers), check)
-        prints = {arm: info.get("tokenizer_fingerprint") for arm, info in plan.manifest["arms"].items()}
+        prints = {arm: info.tokenizer_fingerprint for arm, info in plan.manifest.arms.items()}
         require_one_tokenizer({arm: fp for arm, fp in prints.items() if fp})  # this group's and earlier arms'
         with Progress(
             TextColumn("[bold]{task.description}"),
@@ -184,7 +180,7 @@ async def _run_blocks(
     async def run(arm: str, block: list[Item]) -> None:
         done = recs[arm][suite.name]
         todo = missing(done, suite.name, block)
-        variant = plan.manifest["variants"][arm]["name"]
+        variant = plan.manifest.variants[arm].name
         if arm not in bars:  # the arm's first items of this suite
             await flush_cache(scorers[arm])
             left = len(missing(done, suite.name, items))
@@ -206,7 +202,7 @@ async def _run_blocks(
         await _each(plan, arms, functools.partial(run, block=block))
     show()
     for arm, seconds in spent.items():
-        plan.manifest["arms"][arm].setdefault("durations_s", {})[suite.name] = round(seconds, 2)
+        plan.manifest.arms[arm].durations_s[suite.name] = round(seconds, 2)
 
 
 async def run_suite(

@@ -16,9 +16,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from evalgate.client import RequestFailed
+from evalgate.gate import sequential_rule
 from evalgate.plan import RunPlan
 from evalgate.records import Record, errors_as_wrong, pair_records
-from evalgate.stats.sequential import SequentialOutcome, replay, run_rule
+from evalgate.stats.sequential import SequentialOutcome, replay
 from evalgate.suites import Item, Suite
 
 __all__ = ["FullSchedule", "Records", "Schedule", "SequentialSchedule", "arm_groups", "missing"]
@@ -88,7 +89,7 @@ class SequentialSchedule:
 
     def __init__(self, plan: RunPlan) -> None:
         self.plan = plan
-        self.rule = run_rule(plan.manifest)
+        self.rule = sequential_rule(plan.manifest)
         self.notes: dict[str, str] = {}
 
     def groups(self) -> list[list[str]]:
@@ -115,8 +116,8 @@ class SequentialSchedule:
         order = [it.item_id for it in self.plan.items[suite.name]]
         state = replay(order, pairs, metric=suite.metrics[0], rule=self.rule)
         self.notes[suite.name] = f"E = {state.evalue:.3g} ({state.decision})"
-        if state.decision != "running":
-            self.plan.manifest["sequential"]["suites"][suite.name] = state.to_dict()
+        if state.decision != "running" and self.plan.manifest.sequential is not None:
+            self.plan.manifest.sequential.suites[suite.name] = state.to_dict()
         return state
 
     def _require_scored(self, suite: Suite, block: Sequence[Item], recs: Records) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.errors import EvalgateError
-from evalgate.gate import GatePolicy, Verdict, decide
+from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
 from evalgate.kernel_check import kernel_failures
-from evalgate.manifest import load_manifest
+from evalgate.manifest import Manifest, load_manifest
 from evalgate.records import Pair, RecordStore, errors_as_wrong, pair_records
 from evalgate.stats.sequential import outcomes, summary_note
 
@@ -22,38 +22,35 @@ class RunData:
 
     def __init__(self, run_dir: Path) -> None:
         self.dir = Path(run_dir)
-        self.manifest: dict[str, Any] = load_manifest(self.dir)
-        self.arm_names: list[str] = list(self.manifest.get("arm_names", ["baseline", "candidate"]))
+        self.manifest: Manifest = load_manifest(self.dir)
+        self.arm_names: list[str] = list(self.manifest.arm_names)
         store = RecordStore(self.dir)
         self.records = {
-            suite: {arm: store.load(suite, arm) for arm in self.arm_names}
-            for suite in self.manifest["suites"]
+            suite: {arm: store.load(suite, arm) for arm in self.arm_names} for suite in self.manifest.suites
         }
-        self.errors_as_wrong = bool(self.manifest.get("request", {}).get("errors_as_wrong"))
+        self.errors_as_wrong = self.manifest.request.errors_as_wrong
         if self.errors_as_wrong:  # an item that failed after retries scores 0 on that arm
             for suite, arms in self.records.items():
-                metrics = self.manifest["suites"][suite]["metrics"]
+                metrics = self.manifest.suites[suite].metrics
                 for arm, recs in arms.items():
                     arms[arm] = errors_as_wrong(recs, metrics)
         self.pairs: dict[str, list[Pair]] = {}
         self.missing: dict[str, int] = {}
         self.aa_pairs: dict[str, list[Pair]] = {}
-        for suite, meta in self.manifest["suites"].items():
+        for suite, meta in self.manifest.suites.items():
             arms = self.records[suite]
             pairs = pair_records(arms["baseline"].values(), arms["candidate"].values(), suite=suite)
             self.pairs[suite] = pairs
-            self.missing[suite] = int(meta["n"]) - len(pairs)
+            self.missing[suite] = meta.n - len(pairs)
             if "aa" in arms:
                 aa = pair_records(arms["baseline"].values(), arms["aa"].values(), suite=suite)
                 self.aa_pairs[suite] = aa
-                self.missing[suite] += int(meta["n"]) - len(aa)
+                self.missing[suite] += meta.n - len(aa)
         self.sequential: dict[str, Any] = {}
-        if self.manifest.get(
-            "sequential"
-        ):  # a suite that stopped early needs only its used items (no --aa here)
-            self.sequential = outcomes(self)
+        if self.manifest.sequential:  # a suite that stopped early needs only its used items (no --aa here)
+            self.sequential = outcomes(self, sequential_rule(self.manifest))
             for suite, out in self.sequential.items():
-                used = set(self.manifest["suites"][suite]["item_ids"][: out.used])
+                used = set(self.manifest.suites[suite].item_ids[: out.used])
                 self.pairs[suite] = [p for p in self.pairs[suite] if p.item_id in used]
                 self.missing[suite] = 0 if out.decision != "running" else out.planned - len(self.pairs[suite])
 
@@ -74,16 +71,8 @@ def load_run(run_dir: Path) -> RunData:
 def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     """The verdict; ERROR (not a partial PASS) when items are missing or failed."""
     m = run.manifest
-    req = m.get("request", {})
-    policy = policy or GatePolicy(
-        alpha=float(m["alpha"]),
-        policy=m.get("policy", "difference"),
-        margin=m.get("margin"),
-        allow_diff=tuple(m.get("allow_diff", ())),
-        agreement_gate=bool(req.get("agreement_gate", True)),
-        flip_budget=req.get("flip_budget"),
-    )
-    per_suite = {s: (meta["metrics"], run.pairs[s]) for s, meta in m["suites"].items()}
+    policy = policy or GatePolicy.from_request(m.request)
+    per_suite = {s: (meta.metrics, run.pairs[s]) for s, meta in m.suites.items()}
     verdict = decide(
         per_suite,
         policy=policy,
@@ -102,22 +91,23 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
             )
         verdict.verdict = "ERROR"
         verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
-    failed = kernel_failures(m.get("kernel_check"))
+    failed = kernel_failures(m.kernel_check)
     if failed:
         verdict.verdict = "BLOCK"
         verdict.reason = f"the candidate's kernels failed the numerics check: {', '.join(failed[:3])}"
-    elif isinstance(m.get("kernel_check"), dict) and m["kernel_check"].get("skipped"):
-        verdict.notes.append(f"kernel check skipped: {m['kernel_check']['skipped']}")
-    if m.get("allow_diff"):
-        verdict.notes.append("launch settings allowed to differ: " + ", ".join(m["allow_diff"]))
+    elif isinstance(m.kernel_check, dict) and m.kernel_check.get("skipped"):
+        verdict.notes.append(f"kernel check skipped: {m.kernel_check['skipped']}")
+    if m.request.allow_diff:
+        verdict.notes.append("launch settings allowed to differ: " + ", ".join(m.request.allow_diff))
     truncated = _truncated(run)
     if truncated:
         verdict.notes.append(
             "prompts left-truncated to fit the server's context (lm-eval's rule): "
             + ", ".join(f"{s} {k}" for s, k in truncated.items())
         )
-    if m.get("max_gen_tokens") and any(meta.get("kind") != "loglikelihood" for meta in m["suites"].values()):
-        verdict.notes.append(f"generation capped at {m['max_gen_tokens']} tokens on both arms")
+    cap = m.request.max_gen_tokens
+    if cap and any(meta.kind != "loglikelihood" for meta in m.suites.values()):
+        verdict.notes.append(f"generation capped at {cap} tokens on both arms")
     return verdict
 
 

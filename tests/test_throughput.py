@@ -18,6 +18,7 @@ import pytest
 
 from evalgate.cli import main
 from evalgate.errors import ConfigError, InfraError
+from evalgate.manifest import ArmInfo, load_manifest, write_manifest
 from evalgate.report import render_run
 from evalgate.throughput import (
     BenchSettings,
@@ -187,15 +188,19 @@ def test_doc_ratio_per_level_and_capacity(tmp_path: Path) -> None:
 
 
 def test_finish_compare_moves_sweeps_into_the_manifest(tmp_path: Path) -> None:
-    manifest: dict[str, Any] = {
-        "arms": {"baseline": {"throughput": _arm([(1, 10.0, "ok")])}, "candidate": {}, "aa": {}}
-    }
-    finish_compare(tmp_path, manifest)
-    assert "throughput" not in manifest["arms"]["baseline"]
-    manifest["arms"]["candidate"]["throughput"] = _arm([(1, 20.0, "ok")])  # a resumed run adds the other arm
-    doc = finish_compare(tmp_path, manifest)
-    assert doc["levels"][0]["ratio"] == 2.0 and manifest["throughput"] is doc
-    assert json.loads((tmp_path / "throughput.json").read_text())["levels"][0]["ratio"] == 2.0
+    run_dir = build_run(tmp_path / "run", [SynthSuite("arc_easy", (4, 0, 0, 4))])
+    manifest = load_manifest(run_dir)
+    manifest.arms["baseline"].throughput = _arm([(1, 10.0, "ok")])
+    manifest.arms["aa"] = ArmInfo()
+    finish_compare(run_dir, manifest)
+    assert manifest.arms["baseline"].throughput is None
+    manifest.arms["candidate"].throughput = _arm([(1, 20.0, "ok")])  # a resumed run adds the other arm
+    doc = finish_compare(run_dir, manifest)
+    assert manifest.throughput == doc
+    assert doc["levels"][0]["ratio"] == 2.0 and list(doc["arms"]) == ["baseline", "candidate"]
+    assert json.loads((run_dir / "throughput.json").read_text())["levels"][0]["ratio"] == 2.0
+    write_manifest(run_dir, manifest)
+    assert load_manifest(run_dir).throughput == manifest.throughput  # the document as it was written
 
 
 def test_cli_attaches_to_given_urls_prints_ratio_and_writes_json(

@@ -26,6 +26,8 @@ from evalgate.suites._bfcl import (
 )
 from evalgate.suites.tool_calls import (
     PREFILL,
+    ToolCallSettings,
+    ToolCallSuite,
     build_request,
     recorded_message,
     score,
@@ -331,12 +333,21 @@ def test_validity_rules() -> None:
 def test_prefill_default_follows_the_engine_and_can_be_set() -> None:
     assert tool_prefill(SuiteOptions(engine="llamacpp"))
     assert not tool_prefill(SuiteOptions(engine="sglang"))
+    assert not tool_prefill(SuiteOptions(engine="llamacpp"), ToolCallSettings(prefill=False))
+    assert tool_prefill(SuiteOptions(engine="sglang"), ToolCallSettings(prefill=True))
 
-    class Opts:
-        engine = "llamacpp"
-        tool_prefill = False
 
-    assert not tool_prefill(Opts())  # type: ignore[arg-type]
+def test_prefill_is_the_suites_own_option() -> None:
+    reg = default_registry()
+    suite = reg.get("tool_calls", options={"prefill": False})
+    assert isinstance(suite, ToolCallSuite) and suite.settings.prefill is False
+    assert "tool_choice=auto" in suite.source(SuiteOptions(engine="llamacpp"))
+    assert reg.get("tool_calls").settings.prefill is None  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"tool_calls\.prefil: Extra inputs") as err:
+        reg.get("tool_calls", options={"prefil": True})
+    assert "prefill=None" in err.value.fix
+    with pytest.raises(ConfigError, match="suite gsm8k has no options"):
+        reg.get("gsm8k", options={"prefill": True})
 
 
 def test_build_request_prefill_and_auto() -> None:

@@ -1,14 +1,15 @@
-"""``evalgate suites list``: every suite with its metrics, item count and data source."""
+"""``evalgate suites list``: every suite with its metrics, item count, data source and options."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from evalgate.suites import SuiteOptions, default_registry
+from evalgate.suites import SuiteOptions, default_registry, options_help
 
 __all__ = ["add_parser", "run"]
 
@@ -24,17 +25,19 @@ def run(args: argparse.Namespace) -> int:
     reg = default_registry()
     options = SuiteOptions(data_dir=args.data_dir)
     table = Table()
-    for col in ("suite", "metrics (primary first)", "items (full)", "source"):
+    for col in ("suite", "metrics (primary first)", "items (full)", "source", "options (--suite-opt)"):
         table.add_column(col)
     for name in reg.names():
         if ":" in name:
-            table.add_row(name, "pass", "-", "your folder")
+            table.add_row(name, "pass", "-", "your folder", "")
             continue
         suite = reg.get(name)
         try:
             size = str(suite.size(options))
         except Exception as exc:  # a missing Hub dataset should not hide the other suites
             size = f"unavailable ({type(exc).__name__})"
-        table.add_row(name, ", ".join(suite.metrics), size, suite.source(options))
+        settings = getattr(suite, "settings", None)
+        opts = "\n".join(options_help(type(settings))) if isinstance(settings, BaseModel) else ""
+        table.add_row(name, ", ".join(suite.metrics), size, suite.source(options), opts)
     Console(width=None if Console().is_terminal else 140).print(table)
     return 0

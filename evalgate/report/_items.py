@@ -110,9 +110,9 @@ def load_prompts(run_dir: Path, suite: str) -> dict[str, dict[str, Any]]:
 
 
 def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
-    meta = run.manifest["suites"][suite]
-    metric = meta["metrics"][0]
-    private = bool(meta.get("private")) and not run.manifest.get("reveal_private")
+    meta = run.manifest.suites[suite]
+    metric = meta.metrics[0]
+    private = meta.private and not run.manifest.request.reveal_private
     prompts = {} if private else load_prompts(run.dir, suite)
     groups: dict[str, list[Pair]] = {"n10": [], "n01": []}
     for pair in run.pairs.get(suite, []):
@@ -130,7 +130,7 @@ def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
         suite=fmt.clean(suite),
         anchor=anchor,
         metric=fmt.clean(metric),
-        kind=str(meta.get("kind", "")),
+        kind=meta.kind,
         private=private,
         n=len(run.pairs.get(suite, [])),
         has_prompts=bool(prompts),

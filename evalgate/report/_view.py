@@ -9,9 +9,11 @@ rendered generically when the manifest or the verdict carries them, and skipped 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evalgate.gate import Row, Verdict
+from evalgate.manifest import Manifest, VariantInfo
 from evalgate.report import _format as fmt
 from evalgate.report._items import SuiteItems, discordant_items
 from evalgate.verdict import RunData
@@ -126,14 +128,13 @@ def anchor(suite: str, index: int) -> str:
 
 def build_view(run: RunData, verdict: Verdict) -> RunView:
     m = run.manifest
-    suites = list(m["suites"])
+    suites = list(m.suites)
     anchors = {s: anchor(s, i) for i, s in enumerate(suites)}
     margin = _margin(m, verdict)
     rows = [_row(r, anchors.get(r.suite, ""), margin) for r in verdict.suites]
-    git = m.get("git") or {}
-    commit = git.get("commit") or "unknown"
+    commit = m.git.commit or "unknown"
     return RunView(
-        run_id=str(m.get("run_id", "")),
+        run_id=m.run_id,
         verdict=verdict.verdict,
         reason=fmt.clean(verdict.reason),
         policy=verdict.policy,
@@ -142,10 +143,10 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
         margin_text="" if margin is None else (fmt.mde(margin) if isinstance(margin, float) else str(margin)),
         notes=[fmt.clean(n) for n in verdict.notes],
         exit_code=verdict.exit_code,
-        variants={arm: _variant(v) for arm, v in (m.get("variants") or {}).items()},
-        engine=str(m.get("engine", "")),
-        engine_version=str(m.get("engine_version", "")),
-        git=commit + (" (dirty)" if git.get("dirty") else ""),
+        variants={arm: _variant(v) for arm, v in m.variants.items()},
+        engine=m.engine,
+        engine_version=m.engine_version,
+        git=commit + (" (dirty)" if m.git.dirty else ""),
         models=_models(m),
         args=_args(m),
         rows=rows,
@@ -159,11 +160,11 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
     )
 
 
-def _margin(manifest: dict[str, Any], verdict: Verdict) -> float | str | None:
-    """The policy margin (a fraction, like delta), from the verdict or the manifest, if any."""
-    value = getattr(verdict, "margin", None)
+def _margin(manifest: Manifest, verdict: Verdict) -> float | str | None:
+    """The policy margin (a fraction, like delta), from the verdict or the request, if any."""
+    value: Any = getattr(verdict, "margin", None)
     if value is None:
-        value = manifest.get("margin")
+        value = manifest.request.margin
     if value is None or isinstance(value, (int, float)):
         return None if value is None else float(value)
     from evalgate.gate import parse_margin
@@ -202,24 +203,25 @@ def _score(r: Row, passed: int, rate: float) -> str:
     return f"{passed} / {r.n} ({rate:.1%})" if r.suite.startswith("private:") else fmt.score(rate)
 
 
-def _variant(v: dict[str, Any]) -> str:
-    extra = ", ".join(f"{k} {v[k]}" for k in ("weights", "kv") if v.get(k))
-    return f"{v.get('name', '?')}" + (f" ({extra})" if extra else "")
+def _variant(v: VariantInfo) -> str:
+    extra = ", ".join(f"{k} {value}" for k in ("weights", "kv") if (value := getattr(v, k)))
+    return v.name + (f" ({extra})" if extra else "")
 
 
 def _value(v: Any) -> str:
     return "(flag)" if v is None else fmt.compact(v)
 
 
-def _args(m: dict[str, Any]) -> list[ArgRow]:
+def _args(m: Manifest) -> list[ArgRow]:
     """Launch args of both arms side by side, keyed by flag, in the baseline's order."""
-    launch = m.get("launch") or {}
-    allowed = set(m.get("allow_diff") or ())
+    allowed = set(m.request.allow_diff)
     sides: dict[str, dict[str, str]] = {}
     order: list[str] = []
     for arm in ("baseline", "candidate"):
-        spec = launch.get(arm) or {}
-        for kind, pairs in (("", spec.get("args") or []), ("env ", spec.get("env") or [])):
+        spec = m.launch.get(arm)
+        args: list[Any] = spec.args if spec else []
+        env: list[Any] = spec.env if spec else []
+        for kind, pairs in (("", args), ("env ", env)):
             for k, v in pairs:
                 key = f"{kind}{k}"
                 if key not in sides:
@@ -233,23 +235,22 @@ def _args(m: dict[str, Any]) -> list[ArgRow]:
     return out
 
 
-def _models(m: dict[str, Any]) -> list[ArgRow]:
-    launch = m.get("launch") or {}
+def _models(m: Manifest) -> list[ArgRow]:
     out = []
     for key, label in (("model", "model"), ("model_sha256", "sha256")):
-        b = fmt.compact((launch.get("baseline") or {}).get(key)) or "unknown"
-        c = fmt.compact((launch.get("candidate") or {}).get(key)) or "unknown"
+        b = fmt.compact(getattr(m.launch.get("baseline"), key, None)) or "unknown"
+        c = fmt.compact(getattr(m.launch.get("candidate"), key, None)) or "unknown"
         out.append(ArgRow(label, b, c, b != c))
     return out
 
 
 def _facts(run: RunData) -> list[FactRow]:
-    arms = run.manifest.get("arms") or {}
+    arms = run.manifest.arms
     out = []
     for suite, by_arm in run.records.items():
         for arm in ("baseline", "candidate"):
             recs = list(by_arm.get(arm, {}).values())
-            dur = ((arms.get(arm) or {}).get("durations_s") or {}).get(suite)
+            dur = arms[arm].durations_s.get(suite) if arm in arms else None
             lat = [r.latency_s for r in recs if r.error is None]
             out.append(
                 FactRow(
@@ -267,46 +268,42 @@ def _facts(run: RunData) -> list[FactRow]:
     return out
 
 
-def _per_arm(m: dict[str, Any], key: str) -> list[Section]:
+def _per_arm(m: Manifest, key: str) -> list[Section]:
     """Each arm's server facts (KV buffers, max_total_num_tokens, ...), flattened to key/value rows."""
     out = []
-    for arm, info in (m.get("arms") or {}).items():
-        value = (info or {}).get(key)
+    for arm, info in m.arms.items():
+        value = getattr(info, key, None)
         if value:
             out.append(Section(f"{key}-{arm}", arm, [], _flatten(value)))
     return out
 
 
-def _preflight(m: dict[str, Any]) -> list[Section]:
+def _preflight(m: Manifest) -> list[Section]:
     out = []
-    for arm, info in (m.get("arms") or {}).items():
-        checks = (info or {}).get("preflight") or []
+    for arm, info in m.arms.items():
         rows = [
-            [fmt.compact(c.get("check")), "ok" if c.get("ok") else "FAILED", fmt.compact(c.get("detail"))]
-            for c in checks
-            if isinstance(c, dict)
+            [fmt.compact(c.check), "ok" if c.ok else "FAILED", fmt.compact(c.detail)] for c in info.preflight
         ]
         if rows:
             out.append(Section(f"preflight-{arm}", arm, ["check", "result", "detail"], rows))
     return out
 
 
-def _run_info(m: dict[str, Any]) -> list[list[str]]:
-    arms = m.get("arms") or {}
+def _run_info(m: Manifest) -> list[list[str]]:
     rows = [
-        ["run id", fmt.compact(m.get("run_id"))],
-        ["command", " ".join(fmt.compact(c) for c in m.get("command") or [])],
-        ["created (UTC)", fmt.compact(m.get("created_utc")) or "—"],
-        ["finished (UTC)", fmt.compact(m.get("finished_utc")) or "not finished"],
+        ["run id", fmt.compact(m.run_id)],
+        ["command", " ".join(fmt.compact(c) for c in m.command)],
+        ["created (UTC)", fmt.compact(m.created_utc) or "—"],
+        ["finished (UTC)", fmt.compact(m.finished_utc) or "not finished"],
     ]
     for key in ("preset", "limit", "seed", "max_gen_tokens", "data_dir"):
-        if m.get(key) is not None:
-            rows.append([key, fmt.compact(m[key])])
-    for arm, info in arms.items():
-        cmd = (info or {}).get("command")
-        if cmd:
-            rows.append([f"{arm} server command", " ".join(fmt.compact(c) for c in cmd)])
-    pkgs = m.get("packages") or {}
+        value = getattr(m.request, key)
+        if value is not None:
+            rows.append([key, fmt.compact(str(value) if isinstance(value, Path) else value)])
+    for arm, info in m.arms.items():
+        if info.command:
+            rows.append([f"{arm} server command", " ".join(fmt.compact(c) for c in info.command)])
+    pkgs = m.packages
     if pkgs:
         rows.append(["packages", ", ".join(f"{k} {fmt.compact(v)}" for k, v in pkgs.items())])
     return rows
@@ -321,11 +318,13 @@ def _flatten(value: Any, prefix: str = "") -> list[list[str]]:
     return [[fmt.clean(prefix.rstrip(".")), fmt.compact(value)]]
 
 
-def _optional(m: dict[str, Any], verdict: Verdict) -> list[Section]:
+def _optional(m: Manifest, verdict: Verdict) -> list[Section]:
     data = verdict.to_dict()
     out = []
     for key, title in OPTIONAL_SECTIONS:
-        value = m.get(key, data.get(key))
+        value = getattr(m, key, None)  # a field, or a section a newer evalgate added
+        if value is None:
+            value = data.get(key)
         if value in (None, {}, []):
             continue
         if key == "throughput" and isinstance(value, dict) and "levels" in value:

@@ -34,7 +34,6 @@ __all__ = [
     "replay",
     "replay_stream",
     "rule_for",
-    "run_rule",
     "shuffled",
     "summary_note",
 ]
@@ -78,8 +77,8 @@ class SequentialOutcome:
 
 @dataclass(frozen=True)
 class SequentialRule:
-    """The settings every look of a run uses; built once from the run's request, so the live loop
-    and a re-render from the files apply the very same rule."""
+    """The settings every look of a run uses; built once from the run's request
+    (``evalgate.gate.sequential_rule``), so the live loop and a re-render apply the same rule."""
 
     chunk: int
     alpha: float  # per test: the family's alpha over the number of tests
@@ -184,25 +183,13 @@ def replay_stream(
     return outcome("complete", n_total)
 
 
-def run_rule(manifest: Mapping[str, Any]) -> SequentialRule:
-    req = manifest.get("request") or {}
-    return rule_for(
-        chunk=int(manifest["sequential"]["chunk"]),
-        alpha=float(manifest["alpha"]),
-        n_suites=len(manifest["suites"]),
-        policy=str(manifest.get("policy", "difference")),
-        agreement_gate=bool(req.get("agreement_gate", True)),
-        flip_budget=req.get("flip_budget"),
-    )
-
-
-def outcomes(run: Any) -> dict[str, SequentialOutcome]:
-    """Each suite's outcome, from a RunData's manifest and records alone."""
-    rule = run_rule(run.manifest)
+def outcomes(run: Any, rule: SequentialRule) -> dict[str, SequentialOutcome]:
+    """Each suite's outcome, from a RunData's manifest and records alone (``rule``:
+    ``evalgate.gate.sequential_rule``, from the same manifest)."""
     out = {}
-    for suite, meta in run.manifest["suites"].items():
+    for suite, meta in run.manifest.suites.items():
         by_id = {p.item_id: p for p in run.pairs[suite] if p.repeat == 0}
-        out[suite] = replay(meta["item_ids"], by_id, metric=meta["metrics"][0], rule=rule)
+        out[suite] = replay(meta.item_ids, by_id, metric=meta.metrics[0], rule=rule)
     return out
 
 

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from evalgate.suites._base import PRESETS, Item, ItemResult, Registry, Scorer, Suite, SuiteOptions
+from evalgate.suites._base import (
+    PRESETS,
+    Item,
+    ItemResult,
+    Registry,
+    Scorer,
+    Suite,
+    SuiteOptions,
+    configure,
+    options_help,
+)
 from evalgate.suites.arc import arc
 from evalgate.suites.gsm8k import gsm8k
 from evalgate.suites.mmlu import mmlu
@@ -10,9 +20,18 @@ from evalgate.suites.mmlu_pro import mmlu_pro
 from evalgate.suites.private import private
 from evalgate.suites.tool_calls import tool_calls
 
-__all__ = ["PRESETS", "Item", "ItemResult", "Registry", "Scorer", "Suite", "SuiteOptions", "default_registry"]
-
-DEFAULT_SUITES = ("gsm8k", "arc_easy")
+__all__ = [
+    "PRESETS",
+    "Item",
+    "ItemResult",
+    "Registry",
+    "Scorer",
+    "Suite",
+    "SuiteOptions",
+    "configure",
+    "default_registry",
+    "options_help",
+]
 
 
 def default_registry() -> Registry:

@@ -1,16 +1,23 @@
-"""What a suite is, the one registry of suites, and deterministic item selection."""
+"""What a suite is, the one registry of suites, and deterministic item selection.
+
+Run-wide knobs (data folder, seed, generation cap, engine) reach every suite as ``SuiteOptions``.
+A suite's own options are its ``settings`` field, a pydantic model the suite declares next to
+its code; ``configure`` fills it from ``[suites.<name>]`` in evalgate.toml and ``--suite-opt``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from pydantic import BaseModel, ValidationError
 
 from evalgate.errors import ConfigError
 from evalgate.stats import stable_seed
@@ -23,6 +30,7 @@ __all__ = [
     "Scorer",
     "Suite",
     "SuiteOptions",
+    "configure",
     "prompt_hash",
     "select_indices",
     "stable_seed",
@@ -54,8 +62,6 @@ class SuiteOptions:
     """Cap on generated tokens (smoke presets on CPU); None keeps the task's own limit."""
     engine: str = "llamacpp"
     reveal_private: bool = False
-    tool_prefill: bool | None = None
-    """tool_calls: prefill ``<tool_call>`` with tool_choice=required; None: on for llamacpp only."""
 
 
 @dataclass
@@ -130,6 +136,40 @@ def select_indices(
     return sorted(chosen)
 
 
+def configure(suite: Suite, table: Mapping[str, Any] | None) -> Suite:
+    """``suite`` with its own options set from ``table``, checked against its ``settings`` model
+    (a suite without ``settings`` takes none)."""
+    if not table:
+        return suite
+    current = getattr(suite, "settings", None)
+    if not isinstance(current, BaseModel):
+        raise ConfigError(
+            f"suite {suite.name} has no options (given: {', '.join(table)})",
+            fix="drop them; `evalgate suites list` shows each suite's options",
+        )
+    model = type(current)
+    try:
+        settings = model.model_validate(dict(table))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"suite option {suite.name}.{where}: {first['msg']}",
+            fix=f"{suite.name} takes: {', '.join(options_help(model))}",
+        ) from exc
+    return dataclasses.replace(suite, settings=settings)  # type: ignore[type-var]
+
+
+def options_help(model: type[BaseModel]) -> list[str]:
+    """``name=default (description)`` per option of a suite's settings model."""
+    return [
+        f"{name}={info.get_default()} ({info.description})"
+        if info.description
+        else f"{name}={info.get_default()}"
+        for name, info in model.model_fields.items()
+    ]
+
+
 def prompt_hash(obj: Any) -> str:
     """Hash of exactly what is sent (prompts and request options), to prove both arms got it."""
     data = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()
@@ -152,12 +192,13 @@ class Registry:
     def names(self) -> list[str]:
         return list(self._factories) + [f"{p}:PATH" for p in self._prefixes]
 
-    def get(self, spec: str) -> Suite:
+    def get(self, spec: str, *, options: Mapping[str, Any] | None = None) -> Suite:
+        """The suite ``spec``, configured with its own ``options`` (see ``configure``)."""
         if spec in self._factories:
-            return self._factories[spec](spec)
+            return configure(self._factories[spec](spec), options)
         head, sep, _ = spec.partition(":")
         if sep and head in self._prefixes:
-            return self._prefixes[head](spec)
+            return configure(self._prefixes[head](spec), options)
         near = difflib.get_close_matches(spec, list(self._factories) + list(self._prefixes), n=1)
         hint = f"did you mean {near[0]}? " if near else ""
         raise ConfigError(f"unknown suite {spec!r}", fix=f"{hint}known suites: {', '.join(self.names())}")

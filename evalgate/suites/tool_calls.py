@@ -6,8 +6,9 @@ parser turns the output into ``tool_calls``. Metrics, each 0/1 per item so they 
 ``valid`` (primary: well-formed calls where calls are expected, none where none are),
 ``match`` (BFCL's AST-style accuracy) and ``decision`` (called iff a call was expected).
 
-Prefill (``tool_prefill``): a small model on the CPU engine never calls a tool by itself, so
-there the assistant turn is prefilled with ``<tool_call>\\n`` and ``tool_choice`` is
+Prefill (the suite's ``prefill`` option, ``--suite-opt tool_calls.prefill=false`` or
+``[suites.tool_calls]`` in evalgate.toml): a small model on the CPU engine never calls a tool by
+itself, so there the assistant turn is prefilled with ``<tool_call>\\n`` and ``tool_choice`` is
 ``required``. It is on by default only for the llama.cpp engine, reported in the suite's
 source line and in every record, and part of each prompt hash.
 """
@@ -15,17 +16,19 @@ source line and in every record, and part of each prompt hash.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.client import RequestFailed
 from evalgate.errors import ConfigError
 from evalgate.suites import _bfcl
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices
 
-__all__ = ["CATEGORIES", "ToolCallSuite", "tool_calls", "tool_prefill"]
+__all__ = ["CATEGORIES", "ToolCallSettings", "ToolCallSuite", "tool_calls", "tool_prefill"]
 
 # File stems under <data-dir>/tool_calls, in a fixed order (item order is file order, then row).
 CATEGORIES = (
@@ -53,9 +56,18 @@ def expectation(case: dict[str, Any]) -> str:
     return "call" if case.get("ground_truth") else "any_call"
 
 
-def tool_prefill(options: SuiteOptions) -> bool:
-    """The prefill setting: ``options.tool_prefill`` when set, else on for llama.cpp only."""
-    explicit = getattr(options, "tool_prefill", None)
+class ToolCallSettings(BaseModel):
+    """The suite's own options: ``[suites.tool_calls]``, or ``--suite-opt tool_calls.KEY=VALUE``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    prefill: bool | None = Field(
+        None, description="prefill <tool_call> with tool_choice=required; None: on for llamacpp only"
+    )
+
+
+def tool_prefill(options: SuiteOptions, settings: ToolCallSettings | None = None) -> bool:
+    """The prefill setting: ``settings.prefill`` when set, else on for llama.cpp only."""
+    explicit = settings.prefill if settings is not None else None
     return bool(explicit) if explicit is not None else options.engine in PREFILL_ENGINES
 
 
@@ -104,6 +116,7 @@ class ToolCallSuite:
     metrics: tuple[str, ...] = ("valid", "match", "decision")
     kind: str = "chat"
     private: bool = False
+    settings: ToolCallSettings = field(default_factory=ToolCallSettings)
 
     def _folder(self, options: SuiteOptions) -> Path:
         if options.data_dir is None:
@@ -127,7 +140,8 @@ class ToolCallSuite:
         return len(self.cases(options))
 
     def source(self, options: SuiteOptions) -> str:
-        mode = f"prefill {PREFILL!r} + tool_choice=required" if tool_prefill(options) else "tool_choice=auto"
+        prefill = tool_prefill(options, self.settings)
+        mode = f"prefill {PREFILL!r} + tool_choice=required" if prefill else "tool_choice=auto"
         where = Path(options.data_dir) / "tool_calls" if options.data_dir else "(needs --data-dir)"
         return f"{where} (BFCL v4); {mode}; max_tokens {self._max_tokens(options)}"
 
@@ -139,7 +153,7 @@ class ToolCallSuite:
         cases = self.cases(options)
         strata = [c["category"] for c in cases]
         indices = select_indices(len(cases), n, seed=options.seed, suite=self.name, strata=strata)
-        prefill = tool_prefill(options)
+        prefill = tool_prefill(options, self.settings)
         items = []
         for i in indices:
             case = cases[i]

@@ -2,24 +2,28 @@
 and each arm's KV capacity, written as throughput.json.
 
 ``sweep`` drives the levels; the built-in load generator (``_loadgen``) or SGLang's own
-``bench_serving`` (``_sglang_bench_serving``) sends the requests. ``evalgate bench`` and
-``evalgate compare --with-throughput`` call this package; ``evalgate.report.throughput_svg``
-renders its output. Not to be confused with ``benchmarks/``, which measures evalgate itself.
+``bench_serving`` (``evalgate.engines.sglang``) sends the requests. ``evalgate bench`` and
+``evalgate compare --with-throughput`` call this package; ``_doc`` holds the throughput.json
+document (``ThroughputDoc``) and ``evalgate.report.throughput_svg`` renders it. Not to be
+confused with ``benchmarks/``, which measures evalgate itself.
 """
 
+from evalgate.throughput._doc import (
+    THROUGHPUT_SCHEMA,
+    ThroughputDoc,
+    finish_compare,
+    throughput_doc,
+    write_throughput,
+)
 from evalgate.throughput.sweep import (
     DEFAULT_LEVELS,
-    THROUGHPUT_SCHEMA,
     BenchSettings,
     Target,
     capped_levels,
     check_target,
-    finish_compare,
     measure_handle,
     run_sweep,
     sweep,
-    throughput_doc,
-    write_throughput,
 )
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "THROUGHPUT_SCHEMA",
     "BenchSettings",
     "Target",
+    "ThroughputDoc",
     "capped_levels",
     "check_target",
     "finish_compare",

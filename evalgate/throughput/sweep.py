@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,26 +24,13 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from evalgate.capacity import capacity_from_log, capacity_ratio, sglang_server_info_capacity
+from evalgate.capacity import capacity_from_log, sglang_server_info_capacity
 from evalgate.errors import ConfigError, InfraError
 from evalgate.throughput._loadgen import Req, level, one_request, payload, synthetic_text
 
-__all__ = [
-    "DEFAULT_LEVELS",
-    "THROUGHPUT_SCHEMA",
-    "BenchSettings",
-    "Target",
-    "capped_levels",
-    "check_target",
-    "finish_compare",
-    "measure_handle",
-    "run_sweep",
-    "sweep",
-    "throughput_doc",
-    "write_throughput",
-]
+__all__ = ["DEFAULT_LEVELS", "BenchSettings", "Target", "capped_levels", "check_target", "measure_handle",
+           "run_sweep", "sweep"]  # fmt: skip
 
-THROUGHPUT_SCHEMA = 1
 DEFAULT_LEVELS = (1, 4, 8, 16, 32, 64)
 
 
@@ -265,67 +251,3 @@ def measure_handle(
     result["command"] = list(getattr(handle, "command", []) or [])  # the key is already masked
     result["variant"] = variant
     return result
-
-
-def _ratio(a: Any, b: Any) -> float | None:
-    return round(float(b) / float(a), 3) if a and b is not None else None
-
-
-def throughput_doc(arms: Mapping[str, Mapping[str, Any] | None], settings: BenchSettings) -> dict[str, Any]:
-    """throughput.json: both arms' levels, the candidate/baseline ratio per level, and capacity."""
-    base, cand = arms.get("baseline") or {}, arms.get("candidate") or {}
-    by_level: dict[int, dict[str, Any]] = {}
-    for arm, data in (("baseline", base), ("candidate", cand)):
-        for row in data.get("levels") or []:
-            by_level.setdefault(int(row["concurrency"]), {})[arm] = row
-    levels = []
-    for c in sorted(by_level):
-        b, k = by_level[c].get("baseline") or {}, by_level[c].get("candidate") or {}
-        both = b.get("status") in ("ok", "errors") and k.get("status") in ("ok", "errors")
-        levels.append(
-            {
-                "concurrency": c,
-                "baseline_tok_s": b.get("output_tok_s"),
-                "candidate_tok_s": k.get("output_tok_s"),
-                "ratio": _ratio(b.get("output_tok_s"), k.get("output_tok_s")) if both else None,
-                "baseline_status": b.get("status", "not run"),
-                "candidate_status": k.get("status", "not run"),
-            }
-        )
-    return {
-        "schema": THROUGHPUT_SCHEMA,
-        "settings": settings.to_dict(),
-        "arms": {arm: dict(data) for arm, data in (("baseline", base), ("candidate", cand)) if data},
-        "levels": levels,
-        "capacity": {
-            "baseline": base.get("capacity"),
-            "candidate": cand.get("capacity"),
-            **capacity_ratio(base.get("capacity"), cand.get("capacity")),
-        },
-    }
-
-
-def write_throughput(folder: Path, doc: Mapping[str, Any]) -> Path:
-    """Atomically write ``folder/throughput.json``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "throughput.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
-
-
-def finish_compare(
-    run_dir: Path, manifest: dict[str, Any], settings: BenchSettings | None = None
-) -> dict[str, Any]:
-    """For ``compare --with-throughput``: move each arm's sweep into ``manifest["throughput"]``
-    (the report renders it) and write throughput.json beside the manifest."""
-    before = (manifest.get("throughput") or {}).get("arms") or {}  # a resumed run keeps earlier sweeps
-    arms = {
-        arm: (manifest.get("arms") or {}).get(arm, {}).pop("throughput", None) or before.get(arm)
-        for arm in ("baseline", "candidate")
-    }
-    doc = throughput_doc(arms, settings or BenchSettings())
-    manifest["throughput"] = doc
-    write_throughput(Path(run_dir), doc)
-    return doc

@@ -1,0 +1,165 @@
+"""What ``evalgate compare`` is asked to do, declared once.
+
+Each field of ``CompareRequest`` is one ``evalgate compare`` flag: its name (``max_gen_tokens``
+is ``--max-gen-tokens``), type, default and help live on the field, and ``evalgate.cli._flags``
+builds the argparse parser from them. ``Flag`` adds what a type cannot say (a metavar, a
+comma-separated or repeated list). The request is stored once per run, as the manifest's
+``request``, and the gate policy is read from it (``evalgate.gate.GatePolicy.from_request``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from evalgate.errors import ConfigError
+
+__all__ = ["DEFAULT_SUITES", "CompareRequest", "Flag", "Policy", "Preset", "parse_suite_opts"]
+
+Policy = Literal["difference", "regression", "non-inferiority"]
+Preset = Literal["smoke", "quick", "full"]
+Protocol = Literal["auto", "llamacpp", "sglang", "vllm"]
+DEFAULT_SUITES = ("gsm8k", "arc_easy")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a request field reads on the command line, beyond its name, type, default and help."""
+
+    metavar: str | None = None
+    listed: Literal["", ",", "append"] = ""
+    """A tuple field: "," takes one comma-separated argument, "append" a flag given once per value."""
+    default_text: str | None = None
+    """The help's "(default: ...)" when the field's default alone says too little."""
+    name: str | None = None
+    """The flag, when it is not the field's name (``--suite-opt`` for ``suite_options``)."""
+    parse: Callable[[Sequence[str]], Any] | None = None
+    """Turns the repeated flag's strings into the field's value."""
+
+
+def parse_suite_opts(values: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``["tool_calls.prefill=true"]`` -> ``{"tool_calls": {"prefill": True}}``; a value is read as
+    JSON (true, 3, 0.5, "x") and is a plain string when it is not JSON."""
+    out: dict[str, dict[str, Any]] = {}
+    for text in values:
+        spec, eq, raw = text.partition("=")
+        suite, dot, key = spec.strip().rpartition(".")
+        if not (eq and dot and suite and key):
+            raise ConfigError(
+                f"--suite-opt {text!r} is not SUITE.KEY=VALUE",
+                fix="e.g. --suite-opt tool_calls.prefill=false",
+            )
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out.setdefault(suite, {})[key] = value
+    return out
+
+
+class CompareRequest(BaseModel):
+    """Everything ``evalgate compare`` was asked to do: one field per flag."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    baseline: str = Field("bf16", description="baseline variant")
+    candidate: str = Field("fp8kv", description="candidate variant, e.g. fp8kv, fp8, int4, int4+fp8kv")
+    suites: Annotated[tuple[str, ...], Flag(listed=",")] = Field(
+        DEFAULT_SUITES, description="comma-separated suites; see `evalgate suites list`"
+    )
+    preset: Preset = Field("smoke", description="items per suite: smoke 50, quick 500, full all")
+    limit: int | None = Field(None, description="items per suite, overriding the preset")
+    data_dir: Annotated[Path | None, Flag(default_text="the Hub")] = Field(
+        None, description="local copy of the benchmark data, laid out like shared/data"
+    )
+    out: Annotated[Path | None, Flag(default_text="reports/<run-id>")] = Field(None, description="run folder")
+    alpha: float = Field(0.05, description="family-wise error rate")
+    engine: str | None = Field(None, description="llamacpp (default on CPU), sglang or vllm")
+    baseline_url: Annotated[tuple[str, ...], Flag(metavar="URL[,URL...]", listed=",")] = Field(
+        (),
+        description="attach to baseline server(s) already running instead of launching one; items are "
+        "sharded across the URLs; API key from EVALGATE_BASELINE_API_KEY",
+    )
+    candidate_url: Annotated[tuple[str, ...], Flag(metavar="URL[,URL...]", listed=",")] = Field(
+        (), description="attach to candidate server(s); API key from EVALGATE_CANDIDATE_API_KEY"
+    )
+    protocol: Protocol = Field(
+        "auto", description="attach mode: the servers' engine, or auto to detect it from their endpoints"
+    )
+    seed: int = Field(1234, description="item selection and few-shot seed")
+    allow_diff: Annotated[tuple[str, ...], Flag(metavar="KEY", listed="append")] = Field(
+        (), description="allow this launch setting to differ between the arms (recorded in the report)"
+    )
+    resume: Annotated[Path | None, Flag(metavar="RUN"), SkipJsonSchema()] = Field(
+        None,
+        exclude=True,
+        description="continue an interrupted run (its folder or run id); other flags default to the run's",
+    )
+    max_gen_tokens: int | None = Field(None, description="cap generated tokens on both arms (recorded)")
+    policy: Policy = Field(
+        "difference",
+        description="difference: block on any significant change; regression: one-sided; "
+        "non-inferiority: block unless the CI lower bound is above -margin",
+    )
+    margin: str | None = Field(
+        None, description="non-inferiority margin: 2pt, 0.02 (absolute) or 1%rel (of the baseline)"
+    )
+    errors_as_wrong: bool = Field(
+        False, description="score items that failed after retries as wrong instead of ending with exit 3"
+    )
+    aa: bool = Field(
+        False,
+        description="also run the baseline a second time: measures the noise floor and sets the flip budget",
+    )
+    agreement_gate: bool = Field(True, description="also block when more answers flip than the budget allows")
+    flip_budget: Annotated[float | None, Flag(default_text="A/A + 0.03 with --aa, else 0.05")] = Field(
+        None, description="tolerated flip rate"
+    )
+    with_throughput: bool = Field(
+        False,
+        description="also load-sweep each arm after its suites: output tok/s, TTFT, ITL per concurrency and "
+        "KV capacity (the `evalgate bench` defaults), in the report and throughput.json",
+    )
+    deterministic: bool = Field(
+        False,
+        description="llamacpp: one slot, one request at a time, no prompt cache, so logprobs are "
+        "bit-identical across runs and resumes (measured as fast on 2 cores; no batching)",
+    )
+    sequential: bool = Field(
+        False,
+        description="keep both servers up, run items in a recorded shuffled order in chunks, and stop each "
+        "suite once its always-valid e-value decides (block) or no decision is reachable (futile)",
+    )
+    chunk: Annotated[int | None, Flag(default_text="50")] = Field(
+        None, description="--sequential: items per look"
+    )
+    reveal_private: bool = Field(
+        False, description="write private exam prompts, answers and responses into records and reports"
+    )
+    suite_options: Annotated[
+        dict[str, dict[str, Any]],
+        Flag(name="suite-opt", metavar="SUITE.KEY=VALUE", listed="append", parse=parse_suite_opts),
+    ] = Field(
+        default_factory=dict,
+        description="a suite's own option, e.g. tool_calls.prefill=false (also [suites.<name>] in "
+        "evalgate.toml; see `evalgate suites list`)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        """Requests recorded before suite options: ``tool_prefill`` is ``tool_calls.prefill``."""
+        if isinstance(data, dict) and "tool_prefill" in data:
+            data = dict(data)
+            prefill = data.pop("tool_prefill")
+            if prefill is not None:
+                opts = {k: dict(v) for k, v in (data.get("suite_options") or {}).items()}
+                opts.setdefault("tool_calls", {}).setdefault("prefill", prefill)
+                data["suite_options"] = opts
+        return data
