@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lm_eval.utils  # before evalgate: SHIPPED is lm-eval as installed
 from _stub_server import _PIECE, serve_in_subprocess
 
-from evalgate.engines.base import ServerHandle
+from evalgate.engines import ServerHandle
 from evalgate.engines.llamacpp import LlamaCppScorer
 from evalgate.suites import Item, SuiteOptions, default_registry
 from evalgate.suites._lmeval import LmEvalSuite, _load_task, score

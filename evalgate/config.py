@@ -53,51 +53,66 @@ class LlamaCppConfig(BaseModel):
     )
 
 
-class _GPUConfig(BaseModel):
-    """Fields both GPU engines' sections have (``evalgate.engines._gpu.GPUSettings`` and the rest)."""
+class GPUConfig(BaseModel):
+    """Fields both GPU engines' sections have: where each arm runs, how long it may take to start,
+    how many requests it gets at once, and which interpreter has the engine."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     dtype: str = "bfloat16"
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     chat_template: str | None = None
-    gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for every arm.")
-    arm_gpus: dict[str, str] = Field(
-        default_factory=dict, description="Per-arm devices, e.g. {candidate = '1'}."
+    gpus: str | None = Field(
+        None, description="CUDA_VISIBLE_DEVICES for every arm (arms run one after another), e.g. '0,1'."
     )
-    ready_timeout_s: float = Field(900.0, gt=0)
-    python: str = "python"
-    launch_command: list[str] = Field(default_factory=list)
-    concurrency: int = Field(16, ge=1)
+    arm_gpus: dict[str, str] = Field(
+        default_factory=dict, description="Per-arm override of gpus, e.g. {candidate = '1'}."
+    )
+    ready_timeout_s: float = Field(900.0, gt=0, description="Seconds the server may take to start.")
+    python: str = Field(
+        "python",
+        description="Interpreter that has the engine installed (asked for its version; SGLang is "
+        "launched with it too); it may be another environment than evalgate's.",
+    )
+    launch_command: list[str] = Field(
+        default_factory=list,
+        description="Replaces the engine's own launch command (e.g. a container wrapper, or a test server).",
+    )
+    concurrency: int = Field(16, ge=1, description="Requests in flight per arm; the engine batches them.")
 
-    def settings(self) -> dict[str, Any]:
-        """Keyword arguments for the engine's frozen settings dataclass (tuples, not lists)."""
-        out = self.model_dump()
-        out["arm_gpus"] = tuple(sorted(self.arm_gpus.items()))
-        out["launch_command"] = tuple(self.launch_command)
-        return out
 
+class SGLangConfig(GPUConfig):
+    """``[sglang]``: launch settings shared by both arms (``evalgate.engines.sglang``)."""
 
-class SGLangConfig(_GPUConfig):
-    """``[sglang]``: see ``evalgate.engines.sglang.SGLangSettings`` for what each field does."""
-
-    model_path: str | None = Field(None, description="BF16 checkpoint folder or Hub id.")
+    model_path: str | None = Field(
+        None, description="BF16 checkpoint folder or Hub id; variants with their own model override it."
+    )
     tp_size: int = Field(1, ge=1)
-    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    mem_fraction_static: float | None = Field(
+        None, gt=0, lt=1, description="GPU memory for weights plus KV cache; None keeps SGLang's default."
+    )
     random_seed: int = 1234
     context_length: int | None = Field(None, ge=1)
-    kv_scales_path: str | None = None
+    kv_scales_path: str | None = Field(
+        None, description="FP8 KV scales JSON (kernels/fp8_kv/sglang_json.py), passed to fp8kv arms only."
+    )
 
 
-class VLLMConfig(_GPUConfig):
-    """``[vllm]``: see ``evalgate.engines.vllm.VLLMSettings`` for what each field does."""
+class VLLMConfig(GPUConfig):
+    """``[vllm]``: launch settings shared by both arms (``evalgate.engines.vllm``)."""
 
-    model: str | None = Field(None, description="BF16 checkpoint folder or Hub id.")
+    model: str | None = Field(
+        None, description="BF16 checkpoint folder or Hub id; variants with their own model override it."
+    )
     tensor_parallel_size: int = Field(1, ge=1)
     seed: int = 1234
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="GPU memory for weights, activations and KV cache; None keeps 0.9."
+    )
     max_model_len: int | None = Field(None, ge=1)
-    generation_config: str = "vllm"
+    generation_config: str = Field(
+        "vllm", description="'vllm': vLLM's sampling defaults on both arms; 'auto' reads each checkpoint's."
+    )
 
 
 class VariantConfig(BaseModel):

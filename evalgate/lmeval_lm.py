@@ -21,7 +21,7 @@ from typing import Any
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from evalgate.engines.base import ServerHandle
+from evalgate.engines import ServerHandle
 
 __all__ = ["EvalgateLM"]
 

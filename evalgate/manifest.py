@@ -130,6 +130,7 @@ class Check(_Part):
     check: str
     ok: bool
     detail: str = ""
+    url: str | None = Field(None, description="Attach mode: which of the arm's servers (each is checked).")
 
 
 class ArmInfo(BaseModel):

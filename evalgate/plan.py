@@ -15,8 +15,8 @@ from typing import Any
 from rich.console import Console
 
 from evalgate.config import EvalgateConfig
-from evalgate.engines import get_engine
-from evalgate.engines.external import ExternalEngine, require_attached_pair
+from evalgate.engines import Engine, get_engine
+from evalgate.engines.attach import ExternalEngine
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
 from evalgate.gguf import file_sha256
@@ -39,9 +39,7 @@ from evalgate.stats.sequential import DEFAULT_CHUNK, shuffled
 from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
-__all__ = ["SMOKE_CPU_GEN_CAP", "CompareRequest", "RunPlan", "plan_compare"]
-
-SMOKE_CPU_GEN_CAP = 256
+__all__ = ["CompareRequest", "RunPlan", "plan_compare"]
 
 
 @dataclass
@@ -49,7 +47,7 @@ class RunPlan:
     request: CompareRequest
     run_dir: Path
     run_id: str
-    engine: Any
+    engine: Engine
     specs: dict[str, LaunchSpec]
     suites: list[Suite]
     items: dict[str, list[Item]]
@@ -78,10 +76,7 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
     if req.aa:  # the baseline launched a second time: the noise floor
         variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
     require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
-    if engine.name == "external":  # settings read back from the running servers
-        require_attached_pair(
-            engine.attach_info("baseline"), engine.attach_info("candidate"), allow=req.allow_diff
-        )
+    engine.check_pair(allow=req.allow_diff)  # attach mode: the settings the servers report
     registry = default_registry()
     extra = [name for name in req.suite_options if name not in req.suites]
     if extra:
@@ -90,10 +85,9 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
             fix="add it to --suites, or drop its --suite-opt",
         )
     suites = [registry.get(name, options=req.suite_options.get(name)) for name in req.suites]
-    if req.max_gen_tokens is None and req.preset == "smoke" and engine.name == "llamacpp":
-        # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
-        # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
-        req = req.model_copy(update={"max_gen_tokens": SMOKE_CPU_GEN_CAP})
+    cap = engine.default_gen_cap(req.preset)  # e.g. llama.cpp's smoke runs: CPU time is short
+    if req.max_gen_tokens is None and cap is not None:  # both arms get it; manifest and report say so
+        req = req.model_copy(update={"max_gen_tokens": cap})
     options = SuiteOptions(
         data_dir=req.data_dir,
         seed=req.seed,
@@ -149,7 +143,7 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
     return plan
 
 
-def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Any:
+def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Engine:
     if bool(req.baseline_url) != bool(req.candidate_url):
         raise ConfigError(
             "attach mode needs both --baseline-url and --candidate-url",

@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from evalgate.engines.api import Scorer
 from evalgate.errors import PreflightError
 
 __all__ = ["PreflightReport", "preflight"]
@@ -27,16 +28,6 @@ ROUNDTRIP_TEXTS = (
 )
 
 
-class PreflightScorer(Protocol):
-    async def loglikelihood(self, context: str, continuation: str) -> tuple[float, bool, int]: ...
-
-    async def tokenize(self, text: str) -> list[int]: ...
-
-    async def detokenize(self, tokens: list[int]) -> str: ...
-
-    async def render_chat(self, messages: list[dict[str, Any]]) -> str: ...
-
-
 @dataclass
 class PreflightReport:
     checks: list[dict[str, Any]] = field(default_factory=list)
@@ -49,7 +40,7 @@ class PreflightReport:
         return asdict(self)
 
 
-async def preflight(scorer: PreflightScorer, *, server: str, chat: bool = True) -> PreflightReport:
+async def preflight(scorer: Scorer, *, server: str, chat: bool = True) -> PreflightReport:
     """Run every check; raise PreflightError naming the first that fails."""
     report = PreflightReport()
     for context, good, bad in LOGPROB_PROBES:

@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evalgate.client import RequestFailed
-from evalgate.engines.external import preflight_all
+from evalgate.engines import Scorer
+from evalgate.engines.attach import preflight_all
 from evalgate.errors import EvalgateError, PreflightError
 from evalgate.manifest import ArmInfo, utc_now
 from evalgate.plan import RunPlan
@@ -92,13 +93,6 @@ def require_one_tokenizer(fingerprints: dict[str, str]) -> None:
         )
 
 
-async def flush_cache(scorer: Any) -> None:
-    """SGLang: no suite starts with another's radix cache (other engines have nothing to flush)."""
-    flush = getattr(scorer, "flush_cache", None)
-    if flush is not None:
-        await flush()
-
-
 def _needs_sweep(plan: RunPlan, arm: str) -> bool:
     done = (plan.manifest.throughput or {}).get("arms") or {}
     swept = {a for a, d in done.items() if d.get("levels")}
@@ -109,7 +103,9 @@ def _sweep(plan: RunPlan, arm: str, handle: Any, console: Console) -> None:
     info = plan.manifest.arms[arm]
     variant = plan.manifest.variants[arm].name
     try:
-        info.throughput = measure_handle(handle, name=arm, variant=variant)
+        info.throughput = measure_handle(
+            handle, name=arm, variant=variant, capacity=plan.engine.capacity(handle)
+        )
     except EvalgateError as exc:  # the sweep is extra: it must not cost the verdict
         console.print(f"[yellow]throughput sweep of the {arm} failed:[/] {exc}")
         info.throughput = {"error": exc.render()}
@@ -118,7 +114,7 @@ def _sweep(plan: RunPlan, arm: str, handle: Any, console: Console) -> None:
 async def _each(plan: RunPlan, arms: Sequence[str], job: Callable[[str], Awaitable[Any]]) -> None:
     """``job`` on every arm: at the same time when the engine gives each arm its own GPUs, else
     one busy server at a time (one device, or two CPU cores)."""
-    if getattr(plan.engine, "concurrent_arms", False):
+    if plan.engine.concurrent_arms:
         await asyncio.gather(*(job(arm) for arm in arms))
     else:
         for arm in arms:
@@ -135,7 +131,7 @@ async def _run_group(
 ) -> None:
     """Preflight the group's servers, then each suite's blocks on them, under one progress display."""
     async with contextlib.AsyncExitStack() as stack:
-        scorers = {}
+        scorers: dict[str, Scorer] = {}
         for arm, handle in handles.items():
             scorers[arm] = plan.engine.scorer(handle, seed=plan.request.seed)
             stack.push_async_callback(scorers[arm].aclose)
@@ -166,7 +162,7 @@ async def _run_blocks(
     plan: RunPlan,
     schedule: Schedule,
     suite: Suite,
-    scorers: dict[str, Any],
+    scorers: dict[str, Scorer],
     recs: Records,
     store: RecordStore,
     progress: Progress,
@@ -182,7 +178,7 @@ async def _run_blocks(
         todo = missing(done, suite.name, block)
         variant = plan.manifest.variants[arm].name
         if arm not in bars:  # the arm's first items of this suite
-            await flush_cache(scorers[arm])
+            await scorers[arm].flush_cache()  # no suite starts with another's prefix cache
             left = len(missing(done, suite.name, items))
             bars[arm] = progress.add_task(
                 f"{arm:9} {variant:10} {suite.name}", total=len(items), completed=len(items) - left, state=""
@@ -209,7 +205,7 @@ async def run_suite(
     plan: RunPlan,
     suite: Suite,
     items: list[Item],
-    scorer: Any,
+    scorer: Scorer,
     store: RecordStore,
     arm: str,
     variant: str,
@@ -217,7 +213,7 @@ async def run_suite(
     bar: Any,
 ) -> list[Record]:
     """Run ``items`` on one arm, appending each record as it is scored; returns the records."""
-    sem = asyncio.Semaphore(max(1, getattr(scorer, "concurrency", 4)))
+    sem = asyncio.Semaphore(max(1, scorer.concurrency))
     hide = suite.private and not plan.options.reveal_private
     written: list[Record] = []
 

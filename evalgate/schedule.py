@@ -56,7 +56,7 @@ def arm_groups(plan: Any) -> list[list[str]]:
     cores); baseline and candidate together when the engine has a GPU set for each arm, except
     with --with-throughput, whose sweep must not share the machine with the other arm."""
     arms = list(plan.specs)
-    if getattr(plan.engine, "concurrent_arms", False) and not plan.request.with_throughput:
+    if plan.engine.concurrent_arms and not plan.request.with_throughput:
         pair = [a for a in arms if a in ARMS]
         return [pair] + [[a] for a in arms if a not in pair]
     return [[a] for a in arms]

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from evalgate.engines.base import ServerHandle
+from evalgate.engines import ServerHandle
 from evalgate.engines.llamacpp import LlamaCppScorer
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"

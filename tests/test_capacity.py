@@ -1,4 +1,5 @@
-"""KV capacity parsers on real llama.cpp logs and on SGLang / vLLM log fixtures."""
+"""KV capacity parsers (each engine package's) on real llama.cpp logs and on SGLang / vLLM log
+fixtures, and the candidate-over-baseline ratio."""
 
 from __future__ import annotations
 
@@ -7,14 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.capacity import (
-    capacity_from_log,
-    capacity_ratio,
-    llamacpp_capacity,
-    sglang_capacity,
-    sglang_server_info_capacity,
-    vllm_capacity,
-)
+from evalgate.capacity import capacity_ratio
+from evalgate.engines.llamacpp import kv_buffer_sizes, llamacpp_capacity
+from evalgate.engines.sglang import server_info_capacity as sglang_server_info_capacity
+from evalgate.engines.sglang import sglang_capacity
+from evalgate.engines.vllm import vllm_capacity
 
 FIXTURES = Path(__file__).parent / "fixtures" / "capacity"
 
@@ -111,6 +109,9 @@ def test_vllm_sums_engine_cores_not_repeats() -> None:
     assert vllm_capacity(log)["kv_tokens"] == 190000  # type: ignore[index]
 
 
+PARSERS = {"llamacpp": llamacpp_capacity, "sglang": sglang_capacity, "vllm": vllm_capacity}
+
+
 @pytest.mark.parametrize(
     ("name", "engine"),
     [
@@ -120,12 +121,20 @@ def test_vllm_sums_engine_cores_not_repeats() -> None:
         ("vllm_v0.log", "vllm"),
     ],
 )
-def test_capacity_from_log_tells_the_engine(name: str, engine: str) -> None:
-    cap = capacity_from_log(read(name))
-    assert cap and cap["engine"] == engine
+def test_each_engine_reads_its_own_log_and_no_other(name: str, engine: str) -> None:
+    found = {e: parse(read(name)) for e, parse in PARSERS.items()}
+    assert found[engine] and found[engine]["engine"] == engine  # type: ignore[index]
+    assert all(cap is None for e, cap in found.items() if e != engine)
+
+
+def test_kv_buffers_come_from_the_same_line_as_the_capacity() -> None:
+    log = read("llamacpp_q8_0kv.log")
+    assert kv_buffer_sizes(log) == {"total": 191.25, "K_q8_0": 95.62, "V_q8_0": 95.62}
+    assert llamacpp_capacity(log)["kv_mib"] == kv_buffer_sizes(log)["total"]  # type: ignore[index]
+    assert kv_buffer_sizes("server started") == {}
 
 
 def test_nothing_reported_gives_none_and_no_ratio() -> None:
-    assert capacity_from_log("server started\nlistening") is None
+    assert all(parse("server started\nlistening") is None for parse in PARSERS.values())
     assert capacity_ratio(None, {"kv_tokens": 1})["ratio"] is None
     assert capacity_ratio({"kv_tokens": 0}, {"kv_tokens": 5})["ratio"] is None

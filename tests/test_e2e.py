@@ -227,7 +227,7 @@ def test_attached_servers_give_the_launched_verdict(
 ) -> None:
     """Two llama-servers started outside `compare`, passed by URL, give launched mode's verdict.json."""
     from evalgate.config import EvalgateConfig
-    from evalgate.engines.llamacpp import LlamaCppEngine, LlamaCppSettings
+    from evalgate.engines.llamacpp import LlamaCppEngine
 
     flags = ["--baseline", "bf16", "--candidate", "fp8kv", "--suites", "arc_easy", "--limit", "20",
              "--data-dir", str(data_dir), "--deterministic"]  # fmt: skip
@@ -235,7 +235,7 @@ def test_attached_servers_give_the_launched_verdict(
     assert main(["compare", *flags, "--out", str(launched)]) in (0, 1)
 
     cfg = EvalgateConfig()
-    engine = LlamaCppEngine(LlamaCppSettings(**{**cfg.llamacpp.model_dump(), "deterministic": True}))
+    engine = LlamaCppEngine(cfg.llamacpp.model_copy(update={"deterministic": True}))
     base = engine.launch(engine.launch_spec(cfg.variant("bf16")), name="ext-base", log_dir=tmp_path)
     cand = engine.launch(engine.launch_spec(cfg.variant("fp8kv")), name="ext-cand", log_dir=tmp_path)
     with base as b, cand as c:

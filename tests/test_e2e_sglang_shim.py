@@ -17,9 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from evalgate.engines.base import ServerHandle
+from evalgate.config import SGLangConfig
+from evalgate.engines import ServerHandle
 from evalgate.engines.llamacpp import LlamaCppEngine, LlamaCppScorer
-from evalgate.engines.sglang import SGLangEngine, SGLangSettings
+from evalgate.engines.sglang import SGLangEngine
 from evalgate.preflight import preflight
 from evalgate.variants import Variant, parse_variant
 
@@ -50,7 +51,7 @@ def sglang_engine(upstream: ServerHandle, tmp_path: Path) -> SGLangEngine:
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama"}))
     shim = (sys.executable, str(SHIM), "--upstream", upstream.base_url, "--upstream-key", upstream.api_key)
-    settings = SGLangSettings(
+    settings = SGLangConfig(
         model_path=str(checkpoint), launch_command=shim, ready_timeout_s=60, concurrency=4, gpus="0"
     )
     return SGLangEngine(settings)

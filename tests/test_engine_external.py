@@ -1,4 +1,4 @@
-"""Attach mode (engines/external.py) against scripted test doubles of each engine's HTTP API,
+"""Attach mode (evalgate/engines/attach/) against scripted test doubles of each engine's HTTP API,
 plus one end-to-end run on a real llama-server started outside evalgate (marked e2e)."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import httpx
 import pytest
 from aiohttp import web
 
-from evalgate.engines.external import (
+from evalgate.engines import Scorer
+from evalgate.engines.attach import (
     ExternalEngine,
     ShardedScorer,
     api_key_for,
@@ -320,7 +321,7 @@ def test_launch_spec_has_no_urls_and_compares_equal_across_arms() -> None:
 # -- sharding ----------------------------------------------------------------------------
 
 
-class FakeScorer:
+class FakeScorer(Scorer):
     """Answers the preflight probes like a working model; records every call it got."""
 
     def __init__(self, concurrency: int = 4, token_offset: int = 0) -> None:
@@ -438,7 +439,7 @@ def test_gpu_protocols_need_their_scorer_module(serve: Callable[..., Double], ki
 def test_sharded_arc_logliks_equal_direct_llamacpp(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from evalgate.engines.base import free_port, run_process
+    from evalgate.engines import free_port, run_process
     from evalgate.engines.llamacpp import LlamaCppEngine, LlamaCppScorer, find_binary
     from evalgate.suites import SuiteOptions, default_registry
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from evalgate.engines._sglang_diagnose import parse_server_info
-from evalgate.engines.sglang import SGLangEngine, SGLangSettings, diagnose
+from evalgate.config import SGLangConfig
+from evalgate.engines.sglang import SGLangEngine, diagnose, parse_server_info
 from evalgate.errors import ConfigError, ServerStartError
 from evalgate.variants import Variant, check_only_quantization, parse_variant
 
@@ -50,7 +50,7 @@ def models(tmp_path: Path) -> dict[str, str]:
 
 
 def engine(models: dict[str, str], **kw: Any) -> SGLangEngine:
-    return SGLangEngine(SGLangSettings(model_path=models["bf16"], **kw))
+    return SGLangEngine(SGLangConfig(model_path=models["bf16"], **kw))
 
 
 def args_of(spec: Any) -> dict[str, str | None]:
@@ -124,7 +124,7 @@ def test_int4_plus_fp8kv_composes(models: dict[str, str]) -> None:
 
 def test_a_quantized_baseline_is_refused(models: dict[str, str]) -> None:
     with pytest.raises(ConfigError, match="quantized checkpoint"):
-        SGLangEngine(SGLangSettings(model_path=models["fp8"])).launch_spec(parse_variant("bf16"))
+        SGLangEngine(SGLangConfig(model_path=models["fp8"])).launch_spec(parse_variant("bf16"))
 
 
 def test_no_model_is_a_config_error() -> None:
@@ -196,12 +196,12 @@ def test_command_is_launch_server_with_loopback_and_key(models: dict[str, str]) 
     flat = " ".join(cmd)
     assert f"--model-path {models['bf16']} --host 127.0.0.1 --port 30001 --api-key eg-secret" in flat
     assert "--kv-cache-dtype fp8_e4m3" in flat and spec.args == before
-    shim = SGLangEngine(SGLangSettings(model_path="m", launch_command=("wrapper", "serve")))
+    shim = SGLangEngine(SGLangConfig(model_path="m", launch_command=["wrapper", "serve"]))
     assert shim.command(spec, port=1, api_key="k")[:3] == ["wrapper", "serve", "--model-path"]
 
 
 def test_gpus_are_assigned_per_arm_outside_the_spec() -> None:
-    eng = SGLangEngine(SGLangSettings(gpus="0", arm_gpus=(("candidate", "1"),)))
+    eng = SGLangEngine(SGLangConfig(gpus="0", arm_gpus={"candidate": "1"}))
     assert eng.gpus_for("baseline") == "0" and eng.gpus_for("candidate") == "1"
     assert SGLangEngine().gpus_for("baseline") is None
 
@@ -210,8 +210,8 @@ def test_version_asks_the_configured_interpreter(tmp_path: Path) -> None:
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 0.5.23\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    assert SGLangEngine(SGLangSettings(python=str(fake))).version() == "0.5.23"
-    assert SGLangEngine(SGLangSettings(python=str(tmp_path / "missing"))).version() == "not installed"
+    assert SGLangEngine(SGLangConfig(python=str(fake))).version() == "0.5.23"
+    assert SGLangEngine(SGLangConfig(python=str(tmp_path / "missing"))).version() == "not installed"
 
 
 # -- diagnosis from real SGLang logs ----------------------------------------------------------------
@@ -305,17 +305,17 @@ def test_a_launch_that_dies_is_diagnosed_with_the_key_masked(tmp_path: Path, mod
 
 
 def test_concurrent_arms_only_on_disjoint_gpus() -> None:
-    assert not SGLangEngine(SGLangSettings(model_path="/m")).concurrent_arms
-    assert not SGLangEngine(SGLangSettings(model_path="/m", gpus="0")).concurrent_arms
-    split = SGLangSettings(model_path="/m", arm_gpus=(("baseline", "0,1"), ("candidate", "2,3")))
+    assert not SGLangEngine(SGLangConfig(model_path="/m")).concurrent_arms
+    assert not SGLangEngine(SGLangConfig(model_path="/m", gpus="0")).concurrent_arms
+    split = SGLangConfig(model_path="/m", arm_gpus={"baseline": "0,1", "candidate": "2,3"})
     assert SGLangEngine(split).concurrent_arms
-    overlap = SGLangSettings(model_path="/m", arm_gpus=(("baseline", "0,1"), ("candidate", "1,2")))
+    overlap = SGLangConfig(model_path="/m", arm_gpus={"baseline": "0,1", "candidate": "1,2"})
     assert not SGLangEngine(overlap).concurrent_arms
 
 
 def test_enough_gpus_give_each_arm_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    engine = SGLangEngine(SGLangSettings(model_path="/m", tp_size=2))
+    engine = SGLangEngine(SGLangConfig(model_path="/m", tp_size=2))
     assert (engine.gpus_for("baseline"), engine.gpus_for("candidate"), engine.gpus_for("aa")) == (
         "0,1",
         "2,3",
@@ -323,7 +323,7 @@ def test_enough_gpus_give_each_arm_its_own(monkeypatch: pytest.MonkeyPatch) -> N
     )
     assert engine.concurrent_arms
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")  # not enough for two arms of tp 2: take turns
-    engine = SGLangEngine(SGLangSettings(model_path="/m", tp_size=2))
+    engine = SGLangEngine(SGLangConfig(model_path="/m", tp_size=2))
     assert engine.gpus_for("baseline") is None and not engine.concurrent_arms
-    pinned = SGLangEngine(SGLangSettings(model_path="/m", tp_size=2, gpus="3"))
+    pinned = SGLangEngine(SGLangConfig(model_path="/m", tp_size=2, gpus="3"))
     assert pinned.gpus_for("candidate") == "3" and not pinned.concurrent_arms

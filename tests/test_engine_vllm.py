@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.capacity import vllm_capacity
-from evalgate.engines.vllm import (
-    QUANT_KEYS,
-    VLLMEngine,
-    VLLMSettings,
-    _group_members,
-    diagnose,
-    wait_for_group_exit,
-)
+from evalgate.config import VLLMConfig
+from evalgate.engines.vllm import QUANT_KEYS, VLLMEngine, diagnose, vllm_capacity, wait_for_group_exit
+from evalgate.engines.vllm._engine import _group_members
 from evalgate.errors import ConfigError, ServerStartError
 from evalgate.variants import Variant, check_only_quantization, parse_variant
 
@@ -59,7 +53,7 @@ def models(tmp_path: Path) -> dict[str, str]:
 
 
 def engine(**kw: object) -> VLLMEngine:
-    return VLLMEngine(VLLMSettings(**{"model": BASE, "launch_command": ("vllm", "serve"), **kw}))  # type: ignore[arg-type]
+    return VLLMEngine(VLLMConfig(**{"model": BASE, "launch_command": ["vllm", "serve"], **kw}))
 
 
 def spec_of(name: str, model: str | None = None, **kw: object) -> dict[str, str | None]:
@@ -119,7 +113,7 @@ def test_a_quantized_baseline_and_a_missing_model_are_refused(models: dict[str, 
     with pytest.raises(ConfigError, match="points at a quantized checkpoint"):
         spec_of("bf16", models["fp8"])
     with pytest.raises(ConfigError, match="needs a model checkpoint"):
-        VLLMEngine(VLLMSettings()).launch_spec(parse_variant("bf16"))
+        VLLMEngine(VLLMConfig()).launch_spec(parse_variant("bf16"))
 
 
 def test_settings_become_flags_and_variant_args_override() -> None:
@@ -181,7 +175,7 @@ def test_command_is_vllm_serve_with_loopback_and_key() -> None:
 
 
 def test_gpus_are_assigned_per_arm_and_must_cover_tensor_parallel(tmp_path: Path) -> None:
-    eng = engine(gpus="0,1", arm_gpus=(("candidate", "2,3"),), tensor_parallel_size=2)
+    eng = engine(gpus="0,1", arm_gpus={"candidate": "2,3"}, tensor_parallel_size=2)
     assert eng.gpus_for("baseline") == "0,1" and eng.gpus_for("candidate") == "2,3"
     narrow = engine(gpus="0", tensor_parallel_size=2)
     with (
@@ -195,8 +189,8 @@ def test_version_asks_the_configured_interpreter(tmp_path: Path) -> None:
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 0.33.0\n")
     fake.chmod(0o755)
-    assert VLLMEngine(VLLMSettings(python=str(fake))).version() == "0.33.0"
-    assert VLLMEngine(VLLMSettings(python=str(tmp_path / "none"))).version() == "not installed"
+    assert VLLMEngine(VLLMConfig(python=str(fake))).version() == "0.33.0"
+    assert VLLMEngine(VLLMConfig(python=str(tmp_path / "none"))).version() == "not installed"
 
 
 # A stand-in for `vllm serve` (a scripted test double, never used as the real thing): it writes a
@@ -238,7 +232,7 @@ def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log: str, exit_
     monkeypatch.setenv("FAKE_VLLM_LOG", str(LOGS / log))
     monkeypatch.setenv("FAKE_VLLM_EXIT", exit_code)
     return engine(
-        launch_command=(sys.executable, str(script)), arm_gpus=(("candidate", "1"),), ready_timeout_s=30
+        launch_command=[sys.executable, str(script)], arm_gpus={"candidate": "1"}, ready_timeout_s=30
     )
 
 

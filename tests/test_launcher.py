@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evalgate.engines.base import run_process
+from evalgate.engines import run_process
 from evalgate.engines.llamacpp import LlamaCppEngine, find_binary
 from evalgate.errors import ServerStartError
 from evalgate.variants import LaunchSpec, parse_variant
@@ -32,7 +32,7 @@ def processes_with(marker: str) -> list[int]:
 
 
 def spec_with(model: str, *extra: tuple[str, str | None]) -> LaunchSpec:
-    base = LlamaCppEngine().settings
+    base = LlamaCppEngine().config
     args = (("-c", "2048"), ("-np", "1"), ("-t", str(base.threads)), *extra)
     return LaunchSpec("llamacpp", model, args, (), frozenset())
 
@@ -182,7 +182,7 @@ def test_server_killed_by_a_signal_is_diagnosed(
     import evalgate.engines.llamacpp as llamacpp
 
     monkeypatch.setattr(
-        llamacpp, "find_binary", lambda name="llama-server": _dying_server(tmp_path, sig, AMX_LOG)
+        llamacpp._engine, "find_binary", lambda name="llama-server": _dying_server(tmp_path, sig, AMX_LOG)
     )
     with (
         pytest.raises(ServerStartError) as err,
@@ -200,9 +200,9 @@ def test_server_killed_by_a_signal_is_diagnosed(
 def test_no_repack_and_thread_settings_reach_both_arms_flags() -> None:
     from dataclasses import replace
 
-    from evalgate.engines.llamacpp import LlamaCppSettings
+    from evalgate.config import LlamaCppConfig
 
-    engine = LlamaCppEngine(LlamaCppSettings(repack=False, threads=3, threads_batch=2, poll=0))
+    engine = LlamaCppEngine(LlamaCppConfig(repack=False, threads=3, threads_batch=2, poll=0))
     for name in ("bf16", "int4"):
         variant = replace(parse_variant(name), model=f"/{name}.gguf")  # no GGUF is derived
         args = dict(engine.launch_spec(variant).args)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from evalgate.engines.base import ServerHandle
+from evalgate.engines import ServerHandle
 from evalgate.engines.llamacpp import LlamaCppScorer
 
 from ._background import background_apps

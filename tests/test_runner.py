@@ -1,17 +1,17 @@
-"""The one compare loop, full and --sequential, against a scripted in-process engine: which arms
-launch, which items run, what the manifest records, and that a resumed run redoes nothing.
+"""The one compare loop, full and --sequential, on the fake engine (evalgate.engines.fake) with a
+suite double: which arms launch, which items run, what the manifest records, and that a resumed
+run redoes nothing. tests/test_loop.py drives the same loop through `evalgate compare`.
 
-The engine double scores items from a table (arm, item index) -> right or wrong, and answers
-the preflight probes like a working server. It never stands in for a real server end to end
-(tests/test_e2e.py does that); it pins the loop's bookkeeping.
+Items are scored from a table (arm, item index) -> right or wrong; the fake servers answer the
+preflight probes like working ones. They never stand in for a real server end to end
+(tests/test_e2e.py does that); they pin the loop's bookkeeping.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +20,8 @@ import pytest
 from rich.console import Console
 
 from evalgate.client import RequestFailed
+from evalgate.engines import Scorer
+from evalgate.engines.fake import FakeEngine as _FakeEngine
 from evalgate.errors import PreflightError
 from evalgate.gate import sequential_rule
 from evalgate.manifest import Manifest, SequentialInfo, SuiteInfo, VariantInfo, load_manifest
@@ -31,58 +33,16 @@ from evalgate.suites import Item, ItemResult, SuiteOptions
 
 Outcome = Callable[[str, int], "int | None"]
 """(arm, item index) -> 1 right, 0 wrong, None: the request fails after retries."""
-GOOD = (" Paris", " 6", " cold")
 
 
-@dataclass
-class FakeScorer:
-    arm: str
-    outcome: Outcome
-    calls: list[tuple[str, str]]
-    token_offset: int = 0
-    concurrency: int = 4
+def FakeEngine(outcome: Outcome, *, concurrent_arms: bool = False, odd_tokenizer: str = "") -> _FakeEngine:
+    """The fake engine answering item ``qN`` on each arm as ``outcome`` says."""
 
-    async def loglikelihood(self, context: str, continuation: str) -> tuple[float, bool, int]:
-        return (-0.5, True, 1) if continuation in GOOD else (-9.0, False, 1)
+    def answer(arm: str, prompt: str) -> str | None:
+        ok = outcome(arm, int(prompt[1:]))
+        return None if ok is None else ("right" if ok else "wrong")
 
-    async def tokenize(self, text: str) -> list[int]:
-        return [ord(ch) + self.token_offset for ch in text]
-
-    async def detokenize(self, tokens: list[int]) -> str:
-        return "".join(chr(t - self.token_offset) for t in tokens)
-
-    async def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        return f"<|user|>{messages[0]['content']}<|end|>"
-
-    async def aclose(self) -> None:
-        return None
-
-
-@dataclass
-class FakeEngine:
-    outcome: Outcome
-    concurrent_arms: bool = False
-    odd_tokenizer: str = ""
-    name: str = "fake"
-    launched: list[list[str]] = field(default_factory=list)
-    """Arms launched, grouped by the servers that were up at the same time."""
-    calls: list[tuple[str, str]] = field(default_factory=list)
-    up: set[str] = field(default_factory=set)
-
-    @contextlib.contextmanager
-    def launch(self, spec: Any, *, name: str, log_dir: Path) -> Iterator[Any]:
-        if not self.up:
-            self.launched.append([])
-        self.launched[-1].append(name)
-        self.up.add(name)
-        try:
-            yield SimpleNamespace(name=name, command=["fake-server", name], info={}, process=None)
-        finally:
-            self.up.discard(name)
-
-    def scorer(self, handle: Any, *, seed: int) -> FakeScorer:
-        offset = 1 if handle.name == self.odd_tokenizer else 0
-        return FakeScorer(handle.name, self.outcome, self.calls, offset)
+    return _FakeEngine(answer, concurrent=concurrent_arms, odd_tokenizer=odd_tokenizer)
 
 
 @dataclass
@@ -93,16 +53,19 @@ class FakeSuite:
     kind: str = "loglikelihood"
     private: bool = False
 
-    async def run(self, item: Item, scorer: FakeScorer, options: SuiteOptions) -> ItemResult:
-        scorer.calls.append((scorer.arm, item.item_id))
-        ok = scorer.outcome(scorer.arm, int(item.item_id[1:]))
-        if ok is None:
-            raise RequestFailed("HTTP 500 after 3 tries", fix="")
-        return ItemResult(response=None, extracted=None, metrics={"acc": float(ok)})
+    async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
+        out = await scorer.generate(item.item_id, max_tokens=1, stop=[])
+        return ItemResult(response=None, extracted=None, metrics={"acc": float(out["text"] == "right")})
+
+
+def _asked(plan: RunPlan) -> list[tuple[str, str]]:
+    """(arm, item id) of every item the fake servers were asked, sorted."""
+    assert isinstance(plan.engine, _FakeEngine)
+    return sorted((c.arm, c.prompt) for c in plan.engine.calls if c.kind == "generate")
 
 
 def _plan(
-    tmp_path: Path, engine: FakeEngine, *, n: int = 60, chunk: int | None = None, **req: Any
+    tmp_path: Path, engine: _FakeEngine, *, n: int = 60, chunk: int | None = None, **req: Any
 ) -> RunPlan:
     suite = FakeSuite()
     items = [Item(f"q{i}", f"h{i}", None, None) for i in range(n)]
@@ -179,9 +142,7 @@ def _ids(plan: RunPlan, arm: str) -> list[str]:
 def test_full_run_scores_every_item_once_and_a_resume_launches_nothing(tmp_path: Path) -> None:
     plan = _plan(tmp_path, FakeEngine(lambda arm, i: int(i % 3 != 0)))
     assert _run(plan) == [["baseline"], ["candidate"]]  # one server at a time
-    assert sorted(plan.engine.calls) == sorted(
-        (a, f"q{i}") for a in ("baseline", "candidate") for i in range(60)
-    )
+    assert _asked(plan) == sorted((a, f"q{i}") for a in ("baseline", "candidate") for i in range(60))
     m = load_manifest(plan.run_dir)
     for arm in ("baseline", "candidate"):
         assert len(_ids(plan, arm)) == 60
@@ -198,7 +159,7 @@ def test_full_run_retries_only_missing_and_failed_items(tmp_path: Path) -> None:
     assert _run(plan) == [["baseline"], ["candidate"]]
     fails.clear()
     assert _run(plan) == [["candidate"]]  # the baseline is complete: it does not launch
-    assert sorted(plan.engine.calls) == [("candidate", "q5"), ("candidate", "q7")]
+    assert _asked(plan) == [("candidate", "q5"), ("candidate", "q7")]
     assert not any(r.error for r in RecordStore(plan.run_dir).load("s", "candidate").values())
 
 

@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
-from evalgate.cli.setup import SGLANG_PARSER_PACKAGES, SGLANG_VERSION, parser_dir
-from evalgate.engines._sglang_scorer import loglikelihood_payload
-from evalgate.engines.sglang import SGLangEngine, SGLangSettings
+from evalgate.config import SGLangConfig
+from evalgate.engines.sglang import PARSER_PACKAGES as SGLANG_PARSER_PACKAGES
+from evalgate.engines.sglang import TESTED_VERSION as SGLANG_VERSION
+from evalgate.engines.sglang import SGLangEngine, parser_dir
+from evalgate.engines.sglang._scorer import loglikelihood_payload
 from evalgate.variants import BUILTIN_VARIANTS, Variant, parse_variant
 from tests._subprocess import run_json
 
@@ -85,7 +87,7 @@ def variants(tmp_path: Path) -> list[Variant]:
 
 def commands(tmp_path: Path) -> list[list[str]]:
     """The argv after ``python -m sglang.launch_server``, with every optional setting in use."""
-    settings = SGLangSettings(
+    settings = SGLangConfig(
         model_path="meta-llama/Llama-3.1-8B-Instruct",
         tp_size=2,
         mem_fraction_static=0.85,

@@ -13,9 +13,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from evalgate.engines._sglang_scorer import loglikelihood_payload, read_continuation_logprobs
-from evalgate.engines.base import ServerHandle
+from evalgate.engines import ServerHandle
 from evalgate.engines.sglang import SGLangScorer
+from evalgate.engines.sglang._scorer import loglikelihood_payload, read_continuation_logprobs
 from evalgate.errors import PreflightError
 
 

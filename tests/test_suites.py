@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from evalgate.engines import Scorer
 from evalgate.errors import ConfigError
 from evalgate.suites import SuiteOptions, default_registry
 from evalgate.suites._base import select_indices
@@ -90,7 +91,7 @@ def test_gsm8k_scoring_uses_lm_eval_filters(
     assert set(extracted) == {"strict-match", "flexible-extract"}
 
 
-class FixedScorer:
+class FixedScorer(Scorer):
     """Scripted log-likelihoods: choice i gets -lls[i] (for a multiple-choice scoring check)."""
 
     def __init__(self, lls: list[float]) -> None:

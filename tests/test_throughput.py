@@ -17,6 +17,7 @@ import html5lib
 import pytest
 
 from evalgate.cli import main
+from evalgate.engines.sglang import bench_serving_command, parse_bench_serving, run_levels
 from evalgate.errors import ConfigError, InfraError
 from evalgate.manifest import ArmInfo, load_manifest, write_manifest
 from evalgate.report import render_run
@@ -30,7 +31,6 @@ from evalgate.throughput import (
     throughput_doc,
     write_throughput,
 )
-from evalgate.throughput._sglang_bench_serving import bench_serving_command, parse_bench_serving, run_levels
 from tests._runs import SynthSuite, build_run
 from tests._throughput_stub import Script, Stub, stub_servers
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from evalgate.engines._vllm_scorer import loglikelihood_payload, read_continuation_logprobs
-from evalgate.engines.vllm import VLLMEngine, VLLMSettings
+from evalgate.config import VLLMConfig
+from evalgate.engines.vllm import VLLMEngine
+from evalgate.engines.vllm._scorer import loglikelihood_payload, read_continuation_logprobs
 from evalgate.variants import BUILTIN_VARIANTS, Variant, parse_variant
 from tests._subprocess import run_json
 from tests.test_vllm_scorer import encode, fake_completion, fake_detokenize, fake_tokenize
@@ -53,7 +54,7 @@ def models(tmp_path: Path) -> dict[str, str]:
 def commands(models: dict[str, str]) -> list[list[str]]:
     """The argv after ``vllm serve`` for every variant (pre-quantized FP8 too), every setting in use."""
     eng = VLLMEngine(
-        VLLMSettings(
+        VLLMConfig(
             model=BASE,
             launch_command=("vllm", "serve"),
             tensor_parallel_size=2,

@@ -17,9 +17,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from evalgate.client import RetryPolicy
-from evalgate.engines._vllm_scorer import loglikelihood_payload, read_continuation_logprobs
-from evalgate.engines.base import ServerHandle, free_port
+from evalgate.engines import ServerHandle, free_port
 from evalgate.engines.vllm import VLLMScorer, diagnose
+from evalgate.engines.vllm._scorer import loglikelihood_payload, read_continuation_logprobs
 from evalgate.errors import PreflightError, ServerDied
 from evalgate.preflight import preflight
 

@@ -194,7 +194,8 @@ def _launch_and_measure(
                 f"[bold]{arm}[/] {variants[arm]} on {engine.name}: sweeping levels "
                 f"{','.join(map(str, settings.levels))}"
             )
-            arms[arm] = measure_handle(handle, settings, name=arm, variant=variants[arm])
+            capacity = engine.capacity(handle)
+            arms[arm] = measure_handle(handle, settings, name=arm, variant=variants[arm], capacity=capacity)
         save()
 
 

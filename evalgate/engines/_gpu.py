@@ -1,6 +1,7 @@
 """What the two GPU engines, SGLang and vLLM, share: the same variant rules over a Hugging Face
-checkpoint, the same way of asking another interpreter for the engine's version, and the same GPU
-placement per arm. Only the flags and the readiness checks differ, and those stay in each engine.
+checkpoint, the same way of asking another interpreter for the engine's version, the same GPU
+placement per arm, and the same default concurrency for an attached server. Only the flags and
+the readiness checks differ, and those stay in each engine's package.
 """
 
 from __future__ import annotations
@@ -8,32 +9,22 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from evalgate.config import GPUConfig
 from evalgate.engines._checkpoint import INT4_METHODS, checkpoint_quantization, is_int4, weight_bits
+from evalgate.engines.api import Engine
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["GPUEngine", "GPUSettings", "package_version", "visible_gpus"]
+__all__ = ["GPUEngine", "attached_concurrency", "package_version", "visible_gpus"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class GPUSettings:
-    """Settings both GPU engines have: where each arm runs, how long it may take to start, how many
-    requests it gets at once, and which interpreter has the engine."""
-
-    gpus: str | None = None
-    """CUDA_VISIBLE_DEVICES for every arm (arms run one after another), e.g. "0" or "0,1"."""
-    arm_gpus: tuple[tuple[str, str], ...] = ()
-    """Per-arm override of ``gpus``: (arm name, devices) pairs, e.g. (("candidate", "1"),)."""
-    ready_timeout_s: float = 900.0
-    python: str = "python"
-    """Interpreter that has the engine installed (asked for its version; SGLang is launched with it
-    too); it may be another environment than evalgate's."""
-    concurrency: int = 16
-    """Requests in flight per arm; the engine batches them on the GPU."""
+def attached_concurrency(fp: Mapping[str, Any]) -> int:
+    """Requests in flight per attached GPU server: its own limit if it reports one, else 32 (at most 256)."""
+    limit = (fp.get("server_args") or {}).get("max_running_requests")
+    return min(int(limit or 32), 256)
 
 
 def package_version(python: str, package: str) -> str:
@@ -66,12 +57,12 @@ def visible_gpus() -> list[str]:
     return [line.strip() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
 
 
-class GPUEngine:
+class GPUEngine(Engine):
     """Variant rules, model choice, weight checks and GPU placement for an engine serving HF
     checkpoints, so that both GPU engines refuse and place alike.
 
-    A subclass gives its flags from settings (``_settings_args``), its KV types and the keys that
-    may differ between arms, and gives its settings' checkpoint as ``default_model``. Its messages
+    A subclass gives its flags from its config section (``_settings_args``), its KV types and the
+    keys that may differ between arms, and gives its configured checkpoint as ``default_model``. Its messages
     name it (``label``), say where its model is set (``model_setting``, ``bf16_fix``) and how a
     non-INT4 checkpoint is reported (``int4_mismatch``, formatted with model, quant_method as
     config.json has it, method as text, and bits)."""
@@ -83,14 +74,18 @@ class GPUEngine:
     model_setting: ClassVar[str]
     bf16_fix: ClassVar[str]
     int4_mismatch: ClassVar[str]
-    settings: GPUSettings
+    config: GPUConfig
+
+    def __init__(self, config: GPUConfig) -> None:
+        self.config = config
+        self._layout: dict[str, str] | None = None
 
     @property
     def default_model(self) -> str | None:
         raise NotImplementedError
 
     def _settings_args(self, variant: Variant) -> dict[str, str | None]:
-        """The engine's flags from its settings (equal on both arms) and the variant's KV type."""
+        """The engine's flags from its config (equal on both arms) and the variant's KV type."""
         raise NotImplementedError
 
     def launch_spec(self, variant: Variant) -> LaunchSpec:
@@ -108,7 +103,7 @@ class GPUEngine:
 
     def version(self) -> str:
         """The installed engine's version (its package is named as the engine), asked of ``python``."""
-        return package_version(self.settings.python, self.name)
+        return package_version(self.config.python, self.name)
 
     @property
     def tp_size(self) -> int:
@@ -117,22 +112,20 @@ class GPUEngine:
 
     def gpus_for(self, arm: str) -> str | None:
         """The arm's CUDA_VISIBLE_DEVICES: as configured, else the automatic layout, else unset."""
-        if self.settings.gpus is not None or self.settings.arm_gpus:
-            return dict(self.settings.arm_gpus).get(arm, self.settings.gpus)
+        if self.config.gpus is not None or self.config.arm_gpus:
+            return self.config.arm_gpus.get(arm, self.config.gpus)
         return self._auto_layout().get(arm)
 
     def _auto_layout(self) -> dict[str, str]:
         """With enough GPUs for both arms, baseline and candidate each get their own ``tp_size``
         of them (and then run at the same time); otherwise both use the same GPUs in turn."""
-        cached: dict[str, str] | None = getattr(self, "_layout", None)
-        if cached is None:
+        if self._layout is None:
             tp, gpus = self.tp_size, visible_gpus()
-            cached = {}
+            self._layout = {}
             if len(gpus) >= 2 * tp:
                 base, cand = ",".join(gpus[:tp]), ",".join(gpus[tp : 2 * tp])
-                cached = {"baseline": base, "candidate": cand, "aa": base}
-            self._layout = cached
-        return cached
+                self._layout = {"baseline": base, "candidate": cand, "aa": base}
+        return self._layout
 
     @property
     def concurrent_arms(self) -> bool:

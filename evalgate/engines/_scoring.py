@@ -9,23 +9,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 from evalgate.client import HttpClient, RetryPolicy
-from evalgate.engines.base import ServerHandle
+from evalgate.engines._launcher import ServerHandle
+from evalgate.engines.api import LogLik, Scorer, Split
 from evalgate.errors import PreflightError
 
-__all__ = [
-    "BatchScorer",
-    "LogLik",
-    "Split",
-    "TokenCache",
-    "completion_result",
-    "lm_eval_split",
-    "server_client",
-]
-
-Split = tuple[list[int], list[int]]
-"""(context token ids, continuation token ids)."""
-LogLik = tuple[float, bool, int]
-"""(sum logprob of the continuation, every token greedy, number of continuation tokens)."""
+__all__ = ["BatchScorer", "TokenCache", "completion_result", "lm_eval_split", "server_client"]
 
 
 def server_client(
@@ -73,7 +61,7 @@ def lm_eval_split(context: str, continuation: str) -> tuple[str, str]:
     return context, continuation
 
 
-class BatchScorer:
+class BatchScorer(Scorer):
     """A scorer whose server scores a question's choices in ONE request (SGLang, vLLM), so its
     prefix cache computes the shared context once.
 

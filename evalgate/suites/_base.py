@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from evalgate.engines.api import Scorer
 from evalgate.errors import ConfigError
 from evalgate.stats import stable_seed
 
@@ -38,18 +39,6 @@ __all__ = [
 
 # Items per suite for each preset; None means every test item.
 PRESETS: dict[str, int | None] = {"smoke": 50, "quick": 500, "full": None}
-
-
-class Scorer(Protocol):
-    """The engine-neutral calls a suite makes; each engine implements them over its own API."""
-
-    async def loglikelihood(self, context: str, continuation: str) -> tuple[float, bool, int]: ...
-
-    async def generate(
-        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
-    ) -> dict[str, Any]: ...
-
-    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

@@ -125,9 +125,8 @@ class LmEvalSuite:
         task, doc, instances, args = item.payload
         extra: dict[str, Any] = {}
         if instances[0].request_type == "loglikelihood":
-            many = getattr(scorer, "loglikelihood_many", None)
-            if many is not None and len({a[0] for a in args}) == 1:  # one request for all choices
-                outs = list(await many(args[0][0], [a[1] for a in args]))
+            if len({a[0] for a in args}) == 1:  # one context: one request where the engine batches
+                outs = await scorer.loglikelihood_many(args[0][0], [a[1] for a in args])
             else:
                 outs = await asyncio.gather(*(scorer.loglikelihood(a[0], a[1]) for a in args))
             resps = [(ll, greedy) for ll, greedy, _ in outs]

@@ -18,13 +18,12 @@ import ipaddress
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from evalgate.capacity import capacity_from_log, sglang_server_info_capacity
+from evalgate.engines.sglang import run_levels, server_limits
 from evalgate.errors import ConfigError, InfraError
 from evalgate.throughput._loadgen import Req, level, one_request, payload, synthetic_text
 
@@ -132,7 +131,7 @@ async def _prompt_ids(
     return None
 
 
-async def _probe(session: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+async def _probe(session: aiohttp.ClientSession, base: str, api_key: str | None) -> dict[str, Any]:
     models = await _json(session, "GET", base + "/v1/models")
     if models is None:
         raise InfraError(
@@ -141,16 +140,14 @@ async def _probe(session: aiohttp.ClientSession, base: str) -> dict[str, Any]:
         )
     data = (models.get("data") or []) if isinstance(models, dict) else []
     props = await _json(session, "GET", base + "/props") or {}
-    info = await _json(session, "GET", base + "/server_info") or await _json(
-        session, "GET", base + "/get_server_info"
-    )
+    limits = await asyncio.to_thread(server_limits, base, api_key)  # an SGLang server says more
     slots = props.get("total_slots") if isinstance(props, dict) else None
-    if slots is None and isinstance(info, dict):
-        slots = info.get("max_running_requests")
+    if slots is None:
+        slots = limits["slots"]
     return {
         "model": data[0].get("id") if data and isinstance(data[0], dict) else None,
         "slots": int(slots) if slots else None,
-        "server_info": info if isinstance(info, dict) else None,
+        "capacity": limits["capacity"],
     }
 
 
@@ -174,7 +171,7 @@ async def sweep(target: Target, settings: BenchSettings) -> dict[str, Any]:
     # after a count or an idle time (cpp-httplib, uvicorn), and a reused dead one fails the request.
     connector = aiohttp.TCPConnector(limit=top + 4, force_close=True)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector) as session:
-        probe = await asyncio.wait_for(_probe(session, base), timeout=30)
+        probe = await asyncio.wait_for(_probe(session, base, target.api_key), timeout=30)
         levels = capped_levels(settings.levels, probe["slots"])
         result: dict[str, Any] = {
             "name": target.name,
@@ -185,11 +182,9 @@ async def sweep(target: Target, settings: BenchSettings) -> dict[str, Any]:
             "levels_run": levels,
             "limit": None,
             "limit_reason": "",
-            "capacity": sglang_server_info_capacity(probe["server_info"] or {}),
+            "capacity": probe["capacity"],
         }
         if settings.generator == "sglang":
-            from evalgate.throughput._sglang_bench_serving import run_levels
-
             rows = await asyncio.to_thread(run_levels, target, settings, levels, probe["model"])
             result["prompt"] = {"mode": "sglang.bench_serving random-ids", "input_len": settings.input_len}
         else:
@@ -239,15 +234,20 @@ def run_sweep(target: Target, settings: BenchSettings) -> dict[str, Any]:
 
 
 def measure_handle(
-    handle: Any, settings: BenchSettings | None = None, *, name: str | None = None, variant: str | None = None
+    handle: Any,
+    settings: BenchSettings | None = None,
+    *,
+    name: str | None = None,
+    variant: str | None = None,
+    capacity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Sweep a server evalgate launched (a ``ServerHandle``), and read its KV capacity from its log."""
+    """Sweep a server evalgate launched (a ``ServerHandle``); ``capacity`` is the KV pool its
+    engine read (``Engine.capacity``), kept where the server did not report one to the sweep."""
     settings = settings or BenchSettings()
     target = Target(name or handle.name, handle.base_url, handle.api_key, explicit=False)
     result = run_sweep(target, settings)
-    log_path = getattr(handle, "log_path", None)
-    if result.get("capacity") is None and log_path is not None and Path(log_path).exists():
-        result["capacity"] = capacity_from_log(Path(log_path).read_text(errors="replace"))
-    result["command"] = list(getattr(handle, "command", []) or [])  # the key is already masked
+    if result.get("capacity") is None:
+        result["capacity"] = capacity
+    result["command"] = list(handle.command or [])  # the key is already masked
     result["variant"] = variant
     return result

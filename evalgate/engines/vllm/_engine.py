@@ -4,12 +4,12 @@ Variants become flags: ``bf16`` is ``--dtype bfloat16``, ``fp8kv`` adds ``--kv-c
 (KV scales from the checkpoint, else 1.0), ``fp8`` adds ``--quantization fp8`` unless the checkpoint
 is already quantized (vLLM refuses a --quantization that disagrees with config.json), and ``int4``
 needs an INT4 checkpoint whose method vLLM reads from its config.json. Everything else comes from
-``VLLMSettings`` and is therefore equal on both arms; ``--generation-config vllm`` keeps each
+the ``[vllm]`` section (``VLLMConfig``) and is therefore equal on both arms; ``--generation-config vllm`` keeps each
 checkpoint's generation_config.json (e.g. a repetition penalty) out of the sampling defaults.
 
 Readiness is ``/health``, then ``/v1/models`` with the key (it names the served model); the
 server's ``/version`` and the KV pool from its log ("GPU KV cache size: N tokens", "Maximum
-concurrency for L tokens per request: Xx", evalgate.capacity) go into the arm's info.
+concurrency for L tokens per request: Xx", ``_capacity``) go into the arm's info.
 """
 
 from __future__ import annotations
@@ -19,36 +19,26 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from evalgate.capacity import vllm_capacity
-from evalgate.engines._checkpoint import checkpoint_quantization
-from evalgate.engines._gpu import GPUEngine, GPUSettings
-from evalgate.engines._launch import server_address
-from evalgate.engines._vllm_diagnose import TESTED_VERSION, diagnose
-from evalgate.engines._vllm_scorer import VLLMScorer
-from evalgate.engines.base import ServerHandle, run_process
+from evalgate.config import VLLMConfig
+from evalgate.engines._gpu import GPUEngine
+from evalgate.engines._launcher import ServerHandle, launch_server, server_command
+from evalgate.engines.vllm import _diagnose
+from evalgate.engines.vllm._capacity import vllm_capacity
+from evalgate.engines.vllm._scorer import VLLMScorer
 from evalgate.errors import ConfigError, ServerStartError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = [
-    "QUANT_KEYS",
-    "TESTED_VERSION",
-    "VLLMEngine",
-    "VLLMScorer",
-    "VLLMSettings",
-    "checkpoint_quantization",
-    "diagnose",
-]
+__all__ = ["KV_DTYPES", "QUANT_KEYS", "VLLMEngine", "wait_for_group_exit"]
 
 # What may differ between the arms: the weights checkpoint, quantization, and the kernels that
 # run it. VLLM_ATTENTION_BACKEND is the attention-kernel choice of vLLM before --attention-backend
 # (it is gone in 0.33): a kernel setting, like the flag. CUDA_VISIBLE_DEVICES is placement, not
-# computation: evalgate sets it at launch (VLLMSettings.gpus), outside the LaunchSpec, and a user
+# computation: evalgate sets it at launch ([vllm] gpus), outside the LaunchSpec, and a user
 # may set it in a variant's env too. The devices each arm used are recorded in its info.
 QUANT_KEYS = frozenset(
     {
@@ -71,29 +61,6 @@ KV_DTYPES = {"bf16": None, "fp8": "fp8_e4m3"}  # bf16: vLLM's default (auto = th
 _SETTINGS = "evalgate.toml [vllm]"
 
 
-@dataclass(frozen=True)
-class VLLMSettings(GPUSettings):
-    """Launch settings shared by both arms (anything here differing between arms is refused).
-
-    GPU placement, the start-up timeout, the interpreter and the concurrency are GPUSettings'."""
-
-    model: str | None = None
-    """The BF16 checkpoint (a local folder or a Hub id); variants with their own model override it."""
-    dtype: str = "bfloat16"
-    tensor_parallel_size: int = 1
-    seed: int = 1234
-    gpu_memory_utilization: float | None = None
-    """Fraction of GPU memory for weights, activations and KV cache; None keeps vLLM's 0.9."""
-    max_model_len: int | None = None
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
-    chat_template: str | None = None
-    generation_config: str = "vllm"
-    """'vllm': vLLM's own sampling defaults on both arms; 'auto' reads each checkpoint's file."""
-    launch_command: tuple[str, ...] = ()
-    """Replaces ``vllm serve`` (e.g. a container wrapper, or a test server)."""
-
-
 class VLLMEngine(GPUEngine):
     name = "vllm"
     label = "vLLM"
@@ -102,22 +69,22 @@ class VLLMEngine(GPUEngine):
     model_setting = f"model in {_SETTINGS}"
     bf16_fix = f"point model in {_SETTINGS} at the unquantized BF16 checkpoint"
     int4_mismatch = "{model} is quantized with {quant_method!r}, not a 4-bit weight method"
-    settings: VLLMSettings
+    config: VLLMConfig
 
-    def __init__(self, settings: VLLMSettings | None = None) -> None:
-        self.settings = settings or VLLMSettings()
+    def __init__(self, config: VLLMConfig | None = None) -> None:
+        super().__init__(config or VLLMConfig())
 
     @property
     def default_model(self) -> str | None:
-        return self.settings.model
+        return self.config.model
 
     @property
     def tp_size(self) -> int:
-        return self.settings.tensor_parallel_size
+        return self.config.tensor_parallel_size
 
     # -- variant -> flags --------------------------------------------------------------------
     def _settings_args(self, variant: Variant) -> dict[str, str | None]:
-        s = self.settings
+        s = self.config
         args: dict[str, str | None] = {
             "--dtype": s.dtype,
             "--tensor-parallel-size": str(s.tensor_parallel_size),
@@ -143,43 +110,37 @@ class VLLMEngine(GPUEngine):
     # -- launching ---------------------------------------------------------------------------
     def command(self, spec: LaunchSpec, *, port: int, api_key: str) -> list[str]:
         """The exact launch command for ``spec``; a fresh list every call."""
-        cmd = list(self.settings.launch_command or (_vllm_binary(), "serve"))
-        cmd += [spec.model, "--host", "127.0.0.1", "--port", str(port), "--api-key", api_key]
-        for key, value in spec.args:
-            cmd += [key] if value is None else [key, value]
-        return cmd
+        head = [*(self.config.launch_command or (_vllm_binary(), "serve")), spec.model]
+        return server_command(head, spec, port=port, api_key=api_key)
 
     @contextlib.contextmanager
     def launch(
         self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
     ) -> Iterator[ServerHandle]:
-        port, api_key, base_url = server_address(port, name)
         env = self.arm_env(spec, name)
         gpus = self.gpus_for(name)
-        if gpus is not None and len(gpus.split(",")) < self.settings.tensor_parallel_size:
+        tp = self.config.tensor_parallel_size
+        if gpus is not None and len(gpus.split(",")) < tp:
             raise ConfigError(
-                f"the {name} arm gets GPUs {gpus!r}, fewer than tensor_parallel_size "
-                f"{self.settings.tensor_parallel_size}",
+                f"the {name} arm gets GPUs {gpus!r}, fewer than tensor_parallel_size {tp}",
                 fix=f"give each arm as many GPUs as tensor_parallel_size (gpus / arm_gpus in {_SETTINGS})",
             )
         seen: dict[str, Any] = {}
-        cmd = self.command(spec, port=port, api_key=api_key)
         pgid: int | None = None
         try:
-            with run_process(
-                cmd,
+            with launch_server(
+                self,
+                lambda port, key: self.command(spec, port=port, api_key=key),
                 name=name,
-                base_url=base_url,
-                api_key=api_key,
-                log_path=log_dir / f"{name}.log",
-                ready=lambda: _ready(base_url, api_key, seen),
+                log_dir=log_dir,
+                port=port,
+                ready=lambda base_url, key: _ready(base_url, key, seen),
                 env=env,
-                timeout_s=self.settings.ready_timeout_s,
-                diagnose=diagnose,
+                timeout_s=self.config.ready_timeout_s,
             ) as handle:
                 pgid = handle.process.pid if handle.process else None  # its own group (new session)
                 handle.info.update(seen)
-                handle.info["vllm_version"] = _server_version(base_url)
+                handle.info["vllm_version"] = _server_version(handle.base_url)
                 handle.info["kv_capacity"] = vllm_capacity(handle.log_path.read_text(errors="replace"))
                 handle.info["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")
                 yield handle
@@ -188,7 +149,20 @@ class VLLMEngine(GPUEngine):
                 wait_for_group_exit(pgid, timeout_s=60.0)
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> VLLMScorer:
-        return VLLMScorer(handle, concurrency=self.settings.concurrency, seed=seed)
+        return VLLMScorer(handle, concurrency=self.config.concurrency, seed=seed)
+
+    def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
+        """The pool the log stated at launch (recorded in the arm's info), else the log now."""
+        found = handle.info.get("kv_capacity")
+        if isinstance(found, dict):
+            return dict(found)
+        try:
+            return vllm_capacity(handle.log_path.read_text(errors="replace"))
+        except OSError:
+            return None
+
+    def diagnose(self, log: str) -> str | None:
+        return _diagnose.diagnose(log)
 
 
 def wait_for_group_exit(pgid: int, *, timeout_s: float, poll_s: float = 0.2) -> bool:

@@ -1,12 +1,11 @@
 """Reading an attached server back: its engine, its settings, and whether two of them compare.
 
 evalgate did not start these servers, so their settings come from their own endpoints
-(``/v1/models`` plus ``/props``, ``/server_info`` or ``/version``); see ``external.py``.
+(``/v1/models`` plus each engine's own, which its package's ``AttachDialect`` names and reads).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -16,25 +15,23 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from evalgate.engines import llamacpp, sglang, vllm
+from evalgate.engines.api import AttachDialect
 from evalgate.errors import ConfigError, ServerStartError
 
-PROTOCOLS = ("llamacpp", "sglang", "vllm")
+DIALECTS: dict[str, AttachDialect] = {d.name: d for d in (llamacpp.DIALECT, sglang.DIALECT, vllm.DIALECT)}
+PROTOCOLS = tuple(DIALECTS)
 
-# Differ between replicas of one deployment, so never compared (within an arm or across the pair):
-# addresses, GPU ids, the KV pool measured from free memory at startup, and ``random_seed``
-# (SGLang draws one when unset; evalgate seeds each request).
-PER_HOST = frozenset(
-    "host port nccl_port dist_init_addr base_gpu_id gpu_id_step node_rank random_seed"
-    " max_total_num_tokens max_req_input_len".split()
-)
+# Differ between replicas of one deployment, so never compared (within an arm or across the pair),
+# with each engine's own (AttachDialect.replica_keys).
+PER_HOST = frozenset({"host", "port"})
 # May differ between the arms: the checkpoint and its quantization, the KV dtype, kernel backends
-# (_KERNEL_BACKEND), and served names. Tokenizers are compared by fingerprint at preflight.
+# (_KERNEL_BACKEND), and served names, with each engine's own (AttachDialect.quant_keys).
+# Tokenizers are compared by fingerprint at preflight.
 PAIR_IGNORED = frozenset(
-    "model models model_path tokenizer_path served_model_name revision quantization"
-    " quantization_param_path kv_cache_dtype mem_fraction_static".split()
+    "model models model_path tokenizer_path served_model_name revision quantization kv_cache_dtype".split()
 )
 _KERNEL_BACKEND = re.compile(r"(attention|gemm|moe).*_backend$")
-_SECRET = re.compile(r"api_key|secret|password|(^|_)token$", re.IGNORECASE)
 
 
 def api_key_for(arm: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -114,32 +111,15 @@ def fingerprint(
                 fix="give the server's root URL (http://HOST:PORT), the one whose /v1/models lists the model",
             )
         cards = [m for m in models["data"] if isinstance(m, dict)]
-        found, data = _detect(probe, protocol, cards)
+        dialect, data = _detect(probe, protocol, cards)
     finally:
         probe.http.close()
-    fp: dict[str, Any] = {"url": url, "protocol": found, "models": sorted(str(m.get("id")) for m in cards)}
-    if found == "llamacpp":
-        general = data.get("default_generation_settings") or {}
-        template = str(data.get("chat_template") or "")
-        fp |= {
-            "version": data.get("build_info"),
-            "model_path": data.get("model_path"),
-            "n_ctx_per_slot": general.get("n_ctx"),
-            "total_slots": data.get("total_slots"),
-            "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest()[:16],
-            "sampling": general.get("params") or {},
-        }
-    elif found == "sglang":
-        args = {k: v for k, v in data.items() if k != "internal_states" and not _SECRET.search(k)}
-        states = data.get("internal_states") or [{}]
-        pools = [st.get("max_total_num_tokens") if isinstance(st, dict) else None for st in states]
-        if args.get("max_total_num_tokens") is None and all(pools):  # newer SGLang: one per DP rank
-            args["max_total_num_tokens"] = sum(int(p) for p in pools)
-        fp |= {"version": args.pop("version", None), "server_args": args}
-    else:  # vLLM reports its settings only through the model card
-        card = cards[0] if cards else {}
-        fp |= {"version": data.get("version"), "model": card.get("root")}
-        fp["max_model_len"] = card.get("max_model_len")
+    fp: dict[str, Any] = {
+        "url": url,
+        "protocol": dialect.name,
+        "models": sorted(str(m.get("id")) for m in cards),
+    }
+    fp |= dialect.fingerprint(data, cards)
     return _masked(fp, api_key) if api_key else fp
 
 
@@ -152,54 +132,41 @@ def _masked(value: Any, secret: str) -> Any:
     return [_masked(v, secret) for v in value] if isinstance(value, list) else value
 
 
-def _detect(probe: _Probe, protocol: str, cards: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """SGLang answers /server_info (older: /get_server_info), llama-server /props, vLLM /version.
-
-    vLLM's dev mode also has /server_info, so SGLang is told by its ``model_path`` server arg."""
-    checks = {
-        "sglang": lambda: (
-            _dict_with(probe.get("/server_info"), "model_path")
-            or _dict_with(probe.get("/get_server_info"), "model_path")
-        ),
-        "llamacpp": lambda: _dict_with(probe.get("/props"), "total_slots", "default_generation_settings"),
-        "vllm": lambda: _dict_with(probe.get("/version"), "version"),
-    }
+def _detect(
+    probe: _Probe, protocol: str, cards: list[dict[str, Any]]
+) -> tuple[AttachDialect, dict[str, Any]]:
+    """The engine whose own endpoint answers (each dialect reads and checks its own), trying the
+    engine the model cards name (``owned_by``) first."""
     owned = {str(c.get("owned_by")) for c in cards} & set(PROTOCOLS)
     for name in [protocol] if protocol != "auto" else dict.fromkeys([*sorted(owned), *PROTOCOLS]):
-        data = checks[name]()
+        data = DIALECTS[name].read(probe.get)
         if data is not None:
-            return name, data
+            return DIALECTS[name], data
     if protocol != "auto":
-        where = {"sglang": "/server_info", "llamacpp": "/props", "vllm": "/version"}[protocol]
         raise ConfigError(
-            f"{probe.url} does not answer {where}, so it is not a {protocol} server",
+            f"{probe.url} does not answer {DIALECTS[protocol].endpoint}, so it is not a {protocol} server",
             fix="pass --protocol auto, or the engine that really serves this URL",
         )
+    endpoints = ", ".join(d.endpoint for d in DIALECTS.values())
     raise ConfigError(
-        f"cannot tell which engine serves {probe.url}: none of /server_info, /props, /version answered",
+        f"cannot tell which engine serves {probe.url}: none of {endpoints} answered",
         fix=f"pass --protocol with one of {', '.join(PROTOCOLS)}",
     )
 
 
-def _dict_with(data: Any, *keys: str) -> dict[str, Any] | None:
-    return data if isinstance(data, dict) and any(k in data for k in keys) else None
+def dialect_of(fp: Mapping[str, Any]) -> AttachDialect:
+    return DIALECTS[str(fp.get("protocol"))]
 
 
 def _flat(fp: Mapping[str, Any]) -> dict[str, Any]:
     """Every recorded setting of one server as flat comparable values, per-host keys left out."""
+    dialect = dialect_of(fp)
     out: dict[str, Any] = {k: fp.get(k) for k in ("protocol", "version", "models")}
-    if fp.get("protocol") == "llamacpp":
-        for key in ("model_path", "n_ctx_per_slot", "total_slots", "chat_template_sha256"):
-            out[key] = fp.get(key)
-        out |= {f"sampling.{k}": v for k, v in (fp.get("sampling") or {}).items()}
-    elif fp.get("protocol") == "sglang":
-        out |= dict(fp.get("server_args") or {})
-    else:
-        out |= {"model": fp.get("model"), "max_model_len": fp.get("max_model_len")}
+    out |= dialect.settings(fp)
     return {
         k: json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v
         for k, v in out.items()
-        if k not in PER_HOST
+        if k not in PER_HOST and k not in dialect.replica_keys
     }
 
 
@@ -210,8 +177,9 @@ def _servers(info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def attached_settings(info: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of an attached arm that must equal the other arm's (quantization left out)."""
-    flat = _flat(_servers(info)[0])
-    return {k: v for k, v in flat.items() if k not in PAIR_IGNORED and not _KERNEL_BACKEND.search(k)}
+    fp = _servers(info)[0]
+    ignored = PAIR_IGNORED | dialect_of(fp).quant_keys
+    return {k: v for k, v in _flat(fp).items() if k not in ignored and not _KERNEL_BACKEND.search(k)}
 
 
 def check_attached_pair(

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from evalgate.client import RequestFailed, RetryPolicy
-from evalgate.engines._scoring import BatchScorer, LogLik, Split, completion_result
-from evalgate.engines._vllm_diagnose import TESTED_VERSION
-from evalgate.engines.base import ServerHandle
+from evalgate.engines._launcher import ServerHandle
+from evalgate.engines._scoring import BatchScorer, completion_result
+from evalgate.engines.api import LogLik, Split
+from evalgate.engines.vllm._diagnose import TESTED_VERSION
 from evalgate.errors import PreflightError
 
 __all__ = ["VLLMScorer", "loglikelihood_payload", "read_continuation_logprobs"]
@@ -41,9 +42,7 @@ def loglikelihood_payload(splits: Sequence[tuple[list[int], list[int]]], model: 
     return {"model": model, **body} if model else body
 
 
-def read_continuation_logprobs(
-    choice: dict[str, Any], ctx: list[int], cont: list[int]
-) -> tuple[float, bool, int]:
+def read_continuation_logprobs(choice: dict[str, Any], ctx: list[int], cont: list[int]) -> LogLik:
     """Sum and greedy flag of ``cont`` from one choice: ``prompt_logprobs`` (with ranks), else the
     OpenAI ``logprobs`` layout, whose tokens read "token_id:N" (``return_tokens_as_token_ids``)."""
     k, n = len(ctx), len(ctx) + len(cont)

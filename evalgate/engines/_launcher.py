@@ -1,4 +1,5 @@
-"""The launcher contract every engine follows, and the process handling they share.
+"""How every engine starts its server: the process handling they share, and the one helper
+(``launch_server``) that turns a LaunchSpec into a command and runs it.
 
 A launch is a context manager: it reserves a port, starts the server in its own process
 group with its output in a log file, polls readiness while checking the process is alive,
@@ -19,23 +20,29 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from evalgate.errors import ServerDied, ServerStartError
-from evalgate.variants import LaunchSpec, Variant
+from evalgate.variants import LaunchSpec
+
+if TYPE_CHECKING:
+    from evalgate.engines.api import Engine
 
 __all__ = [
     "SIGNAL_CAUSES",
-    "Engine",
     "ServerHandle",
     "describe_exit",
     "exit_hint",
+    "flags",
     "free_port",
+    "launch_server",
     "log_tail",
     "mask",
     "new_api_key",
     "port_in_use",
     "run_process",
+    "server_address",
+    "server_command",
 ]
 
 MASK = "***"
@@ -155,18 +162,6 @@ def exit_hint(
     return diagnose(log) if diagnose else None
 
 
-class Engine(Protocol):
-    """What an engine provides: launch settings per variant, a launcher, and a scoring client."""
-
-    name: str
-
-    def launch_spec(self, variant: Variant) -> LaunchSpec: ...
-
-    def launch(
-        self, spec: LaunchSpec, *, name: str, log_dir: Path
-    ) -> contextlib.AbstractContextManager[ServerHandle]: ...
-
-
 def _die_with_parent() -> None:
     """In the child: ask Linux to SIGKILL it when evalgate dies, even by SIGKILL (no orphans)."""
     try:
@@ -257,3 +252,64 @@ def run_process(
         yield handle
     finally:
         _kill_group(proc)
+
+
+def server_address(port: int | None, name: str) -> tuple[int, str, str]:
+    """(port, API key, base URL) for the ``name`` server about to launch, with a fresh key.
+
+    A port the user named is checked first: a server that cannot bind it would otherwise fail
+    minutes into a GPU start, or answer a stranger's requests on a port someone else holds."""
+    if port is not None and port_in_use(port):
+        raise ServerStartError(
+            f"port {port} on 127.0.0.1 is already in use, so the {name} server cannot listen there",
+            fix="omit --port to let evalgate pick a free port, or stop whatever holds it",
+        )
+    port = port or free_port()
+    return port, new_api_key(), f"http://127.0.0.1:{port}"
+
+
+def flags(args: Sequence[tuple[str, str | None]]) -> list[str]:
+    """A LaunchSpec's args as command-line flags: a None value is a bare flag."""
+    out: list[str] = []
+    for key, value in args:
+        out += [key] if value is None else [key, value]
+    return out
+
+
+def server_command(
+    head: Sequence[str], spec: LaunchSpec, *, port: int, api_key: str, extra: Sequence[str] = ()
+) -> list[str]:
+    """``head`` (the program and its model argument), then where to listen and the key, then
+    ``extra``, then the spec's flags: the one layout every launched engine uses. A fresh list."""
+    listen = ["--host", "127.0.0.1", "--port", str(port), "--api-key", api_key]
+    return [*head, *listen, *extra, *flags(spec.args)]
+
+
+@contextlib.contextmanager
+def launch_server(
+    engine: Engine,
+    command: Callable[[int, str], list[str]],
+    *,
+    name: str,
+    log_dir: Path,
+    port: int | None,
+    ready: Callable[[str, str], bool],
+    env: Mapping[str, str],
+    timeout_s: float,
+) -> Iterator[ServerHandle]:
+    """Start ``command(port, api_key)`` as the ``name`` server (log in ``log_dir/name.log``), ready
+    when ``ready(base_url, api_key)`` holds; failures are explained by ``engine``'s diagnosis."""
+    port, api_key, base_url = server_address(port, name)
+    with run_process(
+        command(port, api_key),
+        name=name,
+        base_url=base_url,
+        api_key=api_key,
+        log_path=log_dir / f"{name}.log",
+        ready=lambda: ready(base_url, api_key),
+        env=env,
+        timeout_s=timeout_s,
+        diagnose=engine.diagnose,
+        diagnose_signal=engine.diagnose_signal,
+    ) as handle:
+        yield handle

@@ -16,17 +16,19 @@ on (0.5.9 has ``/tokenize`` for text only).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 
 from evalgate.client import RequestFailed
-from evalgate.engines._scoring import BatchScorer, LogLik, Split, completion_result
-from evalgate.engines._sglang_diagnose import parse_server_info
+from evalgate.engines._scoring import BatchScorer, completion_result
+from evalgate.engines.api import LogLik, Split
+from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
 
-__all__ = ["SGLangScorer"]
+__all__ = ["SGLangScorer", "loglikelihood_payload", "read_continuation_logprobs"]
 
 
 class SGLangScorer(BatchScorer):
@@ -108,10 +110,12 @@ class SGLangScorer(BatchScorer):
 
     async def server_info(self) -> dict[str, Any]:
         """``/server_info`` (``/get_server_info`` before SGLang 0.5.15), secrets masked."""
-        try:
-            raw = await self.http.get("/server_info")
-        except RequestFailed:
-            raw = await self.http.get("/get_server_info")
+        raw, why = await asyncio.to_thread(get_server_info, self.handle.base_url, self.handle.api_key)
+        if raw is None:
+            raise RequestFailed(
+                f"SGLang's server info did not answer ({why})",
+                fix="check the API key and that this is an SGLang server",
+            )
         return parse_server_info(raw, [self.handle.api_key])
 
 
@@ -127,7 +131,7 @@ def loglikelihood_payload(splits: Sequence[tuple[list[int], list[int]]]) -> dict
     }
 
 
-def read_continuation_logprobs(out: dict[str, Any], cont: list[int]) -> tuple[float, bool, int]:
+def read_continuation_logprobs(out: dict[str, Any], cont: list[int]) -> LogLik:
     """Sum and greedy flag of ``cont`` from one ``/generate`` result (see the module docstring)."""
     meta = out.get("meta_info") or {}
     entries = list(meta.get("input_token_logprobs") or [])[1:]

@@ -8,9 +8,10 @@ core died", because an engine core that died of, say, an out-of-memory error log
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
-__all__ = ["TESTED_VERSION", "diagnose"]
+from evalgate.engines._logs import Rule, diagnose_log
+
+__all__ = ["RULES", "TESTED_VERSION", "diagnose"]
 
 TESTED_VERSION = "0.33.0"
 """The vLLM whose parser and API models tests/test_engine_vllm.py checks evalgate against."""
@@ -28,114 +29,109 @@ def _last_exception(log: str) -> str:
     return f" ({found[-1][0]}: {found[-1][1][:160]})" if found else ""
 
 
-_Rule = tuple[str, Callable[[re.Match[str]], str]]
-_RULES: tuple[_Rule, ...] = (
-    (
+RULES: tuple[Rule, ...] = (
+    Rule(
         r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired "
         r"GPU memory utilization \(([\d.]+)",
-        lambda m: (
+        lambda m, log: (
             f"another process holds GPU memory: only {m[1]} of {m[2]} GiB was free, less than "
             f"gpu_memory_utilization {m[3]} asks for: free the GPU, give the arms other GPUs (gpus, "
             f"arm_gpus in {_SETTINGS}), or lower gpu_memory_utilization"
         ),
     ),
-    (
+    Rule(
         r"models?'s max seq len \((\d+)\)(?:.*?the estimated maximum model length is (\d+))?",
-        lambda m: (
+        lambda m, log: (
             f"the KV cache cannot hold one request of {m[1]} tokens: lower max_model_len in {_SETTINGS}"
             + (f" (vLLM estimates {m[2]} fits)" if m[2] else "")
             + ", raise gpu_memory_utilization, or add GPUs (tensor_parallel_size)"
         ),
     ),
-    (
+    Rule(
         r"No available memory for the cache blocks",
-        lambda m: (
+        lambda m, log: (
             "the weights and activations left no GPU memory for vLLM's KV cache: raise "
             f"gpu_memory_utilization (e.g. 0.9) in {_SETTINGS}, lower max_model_len, or add GPUs "
             "(tensor_parallel_size)"
         ),
     ),
-    (
+    Rule(
         r"CUDA out of memory|OutOfMemoryError|CUDA (?:driver )?error: out of memory",
-        lambda m: (
+        lambda m, log: (
             f"the GPU ran out of memory: lower gpu_memory_utilization (e.g. 0.8) in {_SETTINGS} so "
             "activations and CUDA graphs fit beside the KV cache, or lower max_model_len; check "
             "nvidia-smi for other processes on the GPU"
         ),
     ),
-    (
+    Rule(
         r"The quantization method (\S+) is not supported for the current GPU\. Minimum capability: (\d+)\. "
         r"Current capability: (\d+)",
-        lambda m: (
+        lambda m, log: (
             f"this GPU (compute capability {int(m[3]) / 10:.1f}) cannot run {m[1]} (needs "
             f"{int(m[2]) / 10:.1f}): run this variant on a newer GPU, or compare a variant it supports"
         ),
     ),
-    (
+    Rule(
         r"Quantization scheme is not supported for the current GPU\. (?:Min|Required) capability: (\d+)\. "
         r"Current capability: (\d+)",
-        lambda m: (
+        lambda m, log: (
             f"this GPU (compute capability {int(m[2]) / 10:.1f}) cannot run the checkpoint's quantization "
             f"scheme (needs {int(m[1]) / 10:.1f}): use a newer GPU or a checkpoint quantized for this one"
         ),
     ),
-    (
+    Rule(
         r"fp8e4nv not supported in this architecture|fp8e4nv data type is not supported",
-        lambda m: (
+        lambda m, log: (
             "this GPU has no FP8 (e4m3) support, which needs compute capability 8.9 or newer (Ada, "
             "Hopper, Blackwell): run fp8/fp8kv variants there, or compare bf16 against int4"
         ),
     ),
-    (
+    Rule(
         r"Quantization method specified in the model config \((\S+)\) does not match the quantization "
         r"method specified in the .quantization. argument \((\S+)\)",
-        lambda m: (
+        lambda m, log: (
             f"the checkpoint is already quantized with {m[1]}, so --quantization {m[2]} conflicts: remove "
             "--quantization from the variant's args (evalgate omits it when config.json names a method)"
         ),
     ),
-    (
+    Rule(
         r"error: argument (--[\w-]+)(?:/-\w+)?: invalid choice: '([^']*)'",
-        lambda m: (
+        lambda m, log: (
             f"this vLLM does not accept {m[1]} {m[2]}: use one of the values the log lists after "
             f"'choose from', or install vLLM {TESTED_VERSION}, the version evalgate's flags are checked against"
         ),
     ),
-    (
+    Rule(
         r"Invalid kv_cache_dtype: '([^']*)'",
-        lambda m: (
+        lambda m, log: (
             f"this vLLM has no KV cache dtype {m[1]}: use one it lists after 'Valid values are' "
             "(evalgate's fp8kv uses fp8_e4m3)"
         ),
     ),
-    (
+    Rule(
         r"error: unrecognized arguments: (.+)",
-        lambda m: (
+        lambda m, log: (
             f"this vLLM does not know {m[1].strip()}: remove or rename it in the variant args (see "
             "`vllm serve --help`; flags change between vLLM versions)"
         ),
     ),
-    (
+    Rule(
         r"Address already in use",
-        lambda m: (
+        lambda m, log: (
             "the port is already in use: omit --port so evalgate picks a free one, or stop the other server"
         ),
     ),
-)
-_ENGINE_DIED = (
-    r"EngineCore failed to start|Engine core initialization failed|EngineDeadError|EngineCore encountered"
+    # generic, so last: an engine core that died of a cause above logs this too
+    Rule(
+        r"EngineCore failed to start|Engine core initialization failed|EngineDeadError|EngineCore encountered",
+        lambda m, log: (
+            f"vLLM's engine core died{_last_exception(log)}: the root cause is the first error the log "
+            "shows before that (the log tail and the exact command are quoted to rerun it)"
+        ),
+    ),
 )
 
 
 def diagnose(log: str) -> str | None:
     """One-line cause and fix for a vLLM failure log; specific causes before "the engine core died"."""
-    for pattern, message in _RULES:
-        m = re.search(pattern, log)
-        if m:
-            return message(m)
-    if re.search(_ENGINE_DIED, log):
-        return (
-            f"vLLM's engine core died{_last_exception(log)}: the root cause is the first error the log "
-            "shows before that (the log tail and the exact command are quoted to rerun it)"
-        )
-    return None
+    return diagnose_log(RULES, log)

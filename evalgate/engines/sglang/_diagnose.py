@@ -1,4 +1,4 @@
-"""Reading SGLang's own words: failure logs into one-line fixes, ``/server_info`` into a record.
+"""Reading SGLang's own words: a failure log into one line that names the cause and the fix.
 
 The log patterns are SGLang's real messages (see tests/fixtures/sglang_logs for where each was
 seen). Specific causes are tried before the generic "scheduler died", because a scheduler that
@@ -8,14 +8,10 @@ died of an out-of-memory error logs both.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
-from evalgate.capacity import sglang_server_info_capacity
+from evalgate.engines._logs import Rule, diagnose_log
 
-__all__ = ["diagnose", "parse_server_info"]
-
-_Rule = tuple[str, Callable[[re.Match[str], str], str]]
+__all__ = ["RULES", "TESTED_VERSION", "diagnose"]
 
 _SETTINGS = "evalgate.toml [sglang]"
 TESTED_VERSION = "0.5.23"
@@ -31,15 +27,15 @@ def _last_exception(log: str) -> str:
     return f" ({name}: {message.strip()[:160]})"
 
 
-_RULES: tuple[_Rule, ...] = (
-    (
+RULES: tuple[Rule, ...] = (
+    Rule(
         r"Not enough memory\. Please try to increase --mem-fraction-static",
         lambda m, log: (
             "the weights left no GPU memory for SGLang's KV cache: raise mem_fraction_static "
             f"(e.g. 0.9) in {_SETTINGS}, lower context_length, or spread the model over more GPUs (tp_size)"
         ),
     ),
-    (
+    Rule(
         r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory",
         lambda m, log: (
             "the GPU ran out of memory: lower mem_fraction_static (e.g. 0.8) in "
@@ -47,7 +43,7 @@ _RULES: tuple[_Rule, ...] = (
             "(or add --cuda-graph-max-bs 16 to the variant args)"
         ),
     ),
-    (
+    Rule(
         r"The quantization method (\S+) is not supported for the current GPU\. "
         r"Minimum capability: (\d+)\. Current capability: (\d+)",
         lambda m, log: (
@@ -55,14 +51,14 @@ _RULES: tuple[_Rule, ...] = (
             f"(needs {int(m[2]) / 10:.1f}): run this variant on a newer GPU, or compare a variant it supports"
         ),
     ),
-    (
+    Rule(
         r"fp8e4nv not supported in this architecture|fp8e4nv data type is not supported on CUDA arch",
         lambda m, log: (
             "this GPU has no FP8 (e4m3) support, which needs compute capability 8.9 or "
             "newer (Ada, Hopper, Blackwell): run fp8/fp8kv variants there, or compare bf16 against int4"
         ),
     ),
-    (
+    Rule(
         r"error: argument (--[\w-]+): invalid choice: '([^']*)'",
         lambda m, log: (
             f"this SGLang does not accept {m[1]} {m[2]}: use one of the values the log lists "
@@ -70,28 +66,28 @@ _RULES: tuple[_Rule, ...] = (
             f"{TESTED_VERSION}, the version evalgate's flags are checked against"
         ),
     ),
-    (
+    Rule(
         r"error: unrecognized arguments: (.+)",
         lambda m, log: (
             f"this SGLang does not know {m[1].strip()}: remove or rename it in the variant args "
             "(flags use dashes, e.g. --reasoning-parser), or check `python -m sglang.launch_server --help`"
         ),
     ),
-    (
+    Rule(
         r"[Aa]ddress already in use|at \d+ is not available in \d+ seconds|is used by a process already",
         lambda m, log: (
             "a port SGLang needs is in use (it also opens internal ports near --port): omit "
             "--port so evalgate picks a free one, or stop the other server"
         ),
     ),
-    (
+    Rule(
         r"scheduler died during initialization \(exit code: -9\)|scheduler is dead[^\n]*\n[^\n]*Exit code: -9",
         lambda m, log: (
             "an SGLang scheduler was killed (exit code -9), usually by the operating system's "
             "out-of-memory killer: check `dmesg -T | grep -i oom`, and give the host more RAM"
         ),
     ),
-    (
+    Rule(
         r"Scheduler hit an exception|Received sigquit from a child proces|scheduler (?:died|is dead)",
         lambda m, log: (
             f"an SGLang scheduler process died{_last_exception(log)}: read its traceback "
@@ -103,65 +99,4 @@ _RULES: tuple[_Rule, ...] = (
 
 def diagnose(log: str) -> str | None:
     """One-line cause and fix for an SGLang failure seen in its log, or None."""
-    for pattern, message in _RULES:
-        m = re.search(pattern, log)
-        if m:
-            return message(m, log)
-    return None
-
-
-_KEPT = (
-    "version",
-    "model_path",
-    "dtype",
-    "kv_cache_dtype",
-    "quantization",
-    "quantization_param_path",
-    "tp_size",
-    "dp_size",
-    "context_length",
-    "max_req_input_len",
-    "mem_fraction_static",
-    "max_running_requests",
-    "chunked_prefill_size",
-    "attention_backend",
-    "sampling_backend",
-    "random_seed",
-    "tool_call_parser",
-    "reasoning_parser",
-    "chat_template",
-)
-
-
-def parse_server_info(raw: Mapping[str, Any], secrets: Sequence[str] = ()) -> dict[str, Any]:
-    """What evalgate records from ``/server_info``: settings that took effect and the KV pool.
-
-    The raw response echoes ``api_key`` and the launch command, so only named fields are kept
-    and any secret is masked in them."""
-    out: dict[str, Any] = {k: raw[k] for k in _KEPT if raw.get(k) is not None}
-    states = [s for s in raw.get("internal_states") or [] if isinstance(s, Mapping)]
-    tokens = raw.get("max_total_num_tokens")
-    if tokens is None:
-        per_dp = [s["max_total_num_tokens"] for s in states if s.get("max_total_num_tokens") is not None]
-        tokens = sum(int(t) for t in per_dp) if per_dp else None
-    if tokens is not None:
-        out["max_total_num_tokens"] = int(tokens)
-    memory = [dict(s["memory_usage"]) for s in states if isinstance(s.get("memory_usage"), Mapping)]
-    if memory:
-        out["memory_usage_gb"] = memory if len(memory) > 1 else memory[0]
-    capacity = sglang_server_info_capacity(raw)
-    if capacity is not None:
-        out["capacity"] = capacity
-    return _masked(out, [s for s in secrets if s])
-
-
-def _masked(value: Any, secrets: Sequence[str]) -> Any:
-    if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, "***")
-        return value
-    if isinstance(value, Mapping):
-        return {k: _masked(v, secrets) for k, v in value.items() if k not in ("api_key", "admin_api_key")}
-    if isinstance(value, list):
-        return [_masked(v, secrets) for v in value]
-    return value
+    return diagnose_log(RULES, log)

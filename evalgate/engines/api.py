@@ -1,0 +1,153 @@
+"""The engine contract: what the compare loop, the suites and the preflight may ask of an engine
+and of the scorer it gives for one running server. Nothing else is asked, and nothing is probed
+with ``getattr``: a call that only some engines need has a default here (an engine or scorer
+class inherits it by naming the protocol as its base), so every engine answers every call.
+
+An engine is one package under ``evalgate/engines/`` (``llamacpp``, ``sglang``, ``vllm``,
+``attach``, plus ``fake`` for tests) holding its launch, scorer, diagnosis and capacity code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from evalgate.engines._launcher import ServerHandle
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = ["AttachDialect", "Engine", "Get", "LogLik", "Scorer", "ServerHandle", "Split"]
+
+LogLik = tuple[float, bool, int]
+"""(sum logprob of the continuation, every token greedy, number of continuation tokens)."""
+Split = tuple[list[int], list[int]]
+"""(context token ids, continuation token ids)."""
+
+
+class Scorer(Protocol):
+    """The engine-neutral calls made on one server: by suites (loglikelihood, generate, chat), by
+    the preflight (tokenize, detokenize, render_chat) and by the loop (flush_cache, aclose)."""
+
+    concurrency: int
+    """Requests this server gets in flight at once (the loop's semaphore)."""
+
+    async def loglikelihood(self, context: str, continuation: str) -> LogLik: ...
+
+    async def loglikelihood_many(self, context: str, continuations: Sequence[str]) -> list[LogLik]:
+        """Every continuation of one context (a question's choices); engines that score them in one
+        request (SGLang, vLLM) override this, the default scores them one by one, concurrently."""
+        return list(await asyncio.gather(*(self.loglikelihood(context, c) for c in continuations)))
+
+    async def generate(
+        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+    ) -> dict[str, Any]:
+        """``{"text", "prompt_tokens", "completion_tokens"}`` (and ``truncated_tokens`` if any)."""
+        ...
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """An OpenAI ``/v1/chat/completions`` answer for ``payload``."""
+        ...
+
+    async def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        """The prompt text the server's chat template makes of ``messages``."""
+        ...
+
+    async def tokenize(self, text: str) -> list[int]:
+        """Token ids without special tokens."""
+        ...
+
+    async def detokenize(self, tokens: list[int]) -> str: ...
+
+    async def flush_cache(self) -> bool:
+        """Empty the server's prefix cache so one suite does not warm the next; False when there
+        is nothing to flush (the default) or the server refused."""
+        return False
+
+    async def server_info(self) -> dict[str, Any]:
+        """The server's own account of its settings, secrets masked; {} when it gives none."""
+        return {}
+
+    async def aclose(self) -> None:
+        """Release the client's connections."""
+        return None
+
+
+class Engine(Protocol):
+    """One inference engine: its launch settings per variant, a launcher, and a scorer per server.
+
+    ``launch`` is a context manager that stops the server on every exit path (``launch_server``
+    in ``_launcher`` does it for engines that start a process)."""
+
+    name: str
+    """Recorded in the manifest; a resumed run must use the same engine."""
+
+    def version(self) -> str: ...
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        """Everything that decides how ``variant``'s server starts, in comparable form."""
+        ...
+
+    def launch(
+        self, spec: LaunchSpec, *, name: str, log_dir: Path
+    ) -> contextlib.AbstractContextManager[ServerHandle]: ...
+
+    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> Scorer: ...
+
+    @property
+    def concurrent_arms(self) -> bool:
+        """Baseline and candidate may run at the same time (each has its own GPUs)."""
+        return False
+
+    def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
+        """The KV pool the running server reports (tokens, MiB, types), or None."""
+        return None
+
+    def diagnose(self, log: str) -> str | None:
+        """One line naming the cause and the fix of a failure seen in the server's log."""
+        return None
+
+    def diagnose_signal(self, sig: signal.Signals, log: str) -> str | None:
+        """What a fatal signal means for this engine's server, beyond ``SIGNAL_CAUSES``."""
+        return None
+
+    def check_pair(self, *, allow: Iterable[str] = ()) -> None:
+        """Refuse a pair that differs beyond quantization in settings only the servers can tell
+        (attach mode reads them back); launched pairs are checked on their LaunchSpecs already."""
+        return None
+
+    def default_gen_cap(self, preset: str) -> int | None:
+        """A cap on generated tokens per item for ``preset`` when the user sets none (a CPU
+        engine cannot afford long chains of thought in a smoke run); None: the suite's own."""
+        return None
+
+
+Get = Callable[[str], Any]
+"""GET ``path`` on one server: its JSON, or None when it has no such endpoint."""
+
+
+@dataclass(frozen=True)
+class AttachDialect:
+    """How attach mode recognises one engine's running server and reads its settings back; each
+    engine package defines its own, so attach mode holds no engine's endpoints or fields."""
+
+    name: str
+    endpoint: str
+    """The endpoint that identifies the engine (named in errors)."""
+    read: Callable[[Get], dict[str, Any] | None]
+    """The endpoint's answer if it proves the server is this engine, else None."""
+    fingerprint: Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], dict[str, Any]]
+    """What is recorded, from that answer and the ``/v1/models`` cards."""
+    settings: Callable[[Mapping[str, Any]], dict[str, Any]]
+    """The recorded settings as flat comparable values."""
+    concurrency: Callable[[Mapping[str, Any]], int]
+    """Requests in flight per URL when the user gives none."""
+    scorer: Callable[..., Scorer]
+    """``scorer(handle, *, concurrency, seed, deterministic)``."""
+    replica_keys: frozenset[str] = frozenset()
+    """Settings that differ between replicas of one deployment: never compared."""
+    quant_keys: frozenset[str] = frozenset()
+    """Settings that may differ between the arms (besides the model and kernel backends)."""

@@ -1,0 +1,32 @@
+"""Attach mode: servers that are already running, given as URLs per arm. Nothing is launched; each
+server's engine and settings are read back (``_fingerprint``, through each engine package's
+``AttachDialect``), and an arm's items are sharded across its URLs (``_sharded``)."""
+
+from evalgate.engines.attach._engine import AttachedHandle, ExternalEngine
+from evalgate.engines.attach._fingerprint import (
+    DIALECTS,
+    PROTOCOLS,
+    api_key_for,
+    attached_settings,
+    check_attached_pair,
+    fingerprint,
+    normalize_url,
+    require_attached_pair,
+)
+from evalgate.engines.attach._sharded import ShardedScorer, preflight_all, shard_index
+
+__all__ = [
+    "DIALECTS",
+    "PROTOCOLS",
+    "AttachedHandle",
+    "ExternalEngine",
+    "ShardedScorer",
+    "api_key_for",
+    "attached_settings",
+    "check_attached_pair",
+    "fingerprint",
+    "normalize_url",
+    "preflight_all",
+    "require_attached_pair",
+    "shard_index",
+]

@@ -1,0 +1,166 @@
+"""Attach to servers that are already running (a staging cluster behind sgl-router, llama-servers
+someone else started): nothing is launched, and nothing is taken on trust.
+
+evalgate did not start these servers, so it cannot read their settings from a command line. It
+reads them back instead (``/v1/models`` plus each engine's own endpoint, ``_fingerprint``),
+refuses an arm whose URLs serve different things, and refuses a pair that differs beyond
+quantization as it would for launched servers (``check_pair``). Items are sharded stickily over
+an arm's URLs (``_sharded``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from evalgate.engines._launcher import ServerHandle
+from evalgate.engines.api import Engine
+from evalgate.engines.attach._fingerprint import (
+    PROTOCOLS,
+    _key_env,
+    _require_one_deployment,
+    _servers,
+    api_key_for,
+    dialect_of,
+    fingerprint,
+    normalize_url,
+    require_attached_pair,
+)
+from evalgate.engines.attach._sharded import ShardedScorer
+from evalgate.errors import ConfigError
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = ["AttachedHandle", "ExternalEngine"]
+
+
+@dataclass
+class AttachedHandle(ServerHandle):
+    """A server evalgate did not start: alive while its port accepts connections."""
+
+    urls: list[str] = field(default_factory=list)
+    protocol: str = ""
+
+    def alive(self) -> bool:
+        parts = urlsplit(self.base_url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=2.0):
+                return True
+        except OSError:
+            return False
+
+
+class ExternalEngine(Engine):
+    """Servers that are already running, given as URLs per arm; launching only checks them."""
+
+    name = "external"
+
+    def __init__(
+        self,
+        urls: Mapping[str, Sequence[str]],
+        *,
+        protocol: str = "auto",
+        concurrency: int | None = None,
+        timeout_s: float = 10.0,
+        deterministic: bool = False,
+    ) -> None:
+        if protocol not in ("auto", *PROTOCOLS):
+            raise ConfigError(
+                f"unknown protocol {protocol!r}", fix=f"use auto or one of {', '.join(PROTOCOLS)}"
+            )
+        self.urls = {arm: [normalize_url(u) for u in us] for arm, us in urls.items()}
+        for arm in ("baseline", "candidate"):
+            if not self.urls.get(arm):
+                raise ConfigError(f"no URL given for the {arm}", fix=f"pass --{arm}-url http://HOST:PORT")
+        self.protocol = protocol
+        self.concurrency = concurrency
+        """Requests in flight per URL; None: llama-server's slots, or 32 for SGLang and vLLM."""
+        self.timeout_s = timeout_s
+        self.deterministic = deterministic
+        """One request at a time per URL and, on llama-server, no prompt cache (see --deterministic)."""
+        self._info: dict[str, dict[str, Any]] = {}
+
+    def urls_for(self, arm: str) -> list[str]:
+        return self.urls.get(arm) or self.urls["baseline"]  # aa: the baseline's servers again
+
+    def attach_info(self, arm: str) -> dict[str, Any]:
+        """Check every URL of ``arm`` answers and serves one deployment; the arm's ``handle.info``."""
+        urls = self.urls_for(arm)
+        key = api_key_for(arm)
+        env = _key_env(arm)
+        fps = [
+            fingerprint(u, api_key=key, protocol=self.protocol, key_env=env, timeout_s=self.timeout_s)
+            for u in dict.fromkeys(urls)
+        ]
+        _require_one_deployment(arm, fps)
+        protocol = fps[0]["protocol"]
+        info = {"attached": True, "protocol": protocol, "urls": urls, "servers": {f["url"]: f for f in fps}}
+        self._info[arm] = info
+        return info
+
+    def version(self) -> str:
+        infos = [self._info.get(a) or self.attach_info(a) for a in ("baseline", "candidate")]
+        found = [f"{i['protocol']} {_servers(i)[0].get('version') or '?'}" for i in infos]
+        return found[0] if found[0] == found[1] else f"baseline: {found[0]}; candidate: {found[1]}"
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        if variant.args or variant.env:
+            raise ConfigError(
+                f"variant {variant.name!r} sets engine flags or env, but evalgate does not start attached servers",
+                fix="start the servers with those settings yourself, and drop args/env from the variant",
+            )
+        # The URLs are not settings: the comparable ones are read back at attach (attached_settings).
+        args: tuple[tuple[str, str | None], ...] = (("--attach", None), ("--protocol", self.protocol))
+        return LaunchSpec(self.name, variant.model or f"attached:{variant.name}", args, (), frozenset())
+
+    @contextlib.contextmanager
+    def launch(self, spec: LaunchSpec, *, name: str, log_dir: Path) -> Iterator[AttachedHandle]:
+        """Start nothing: check the arm's URLs and yield a handle; nothing to stop on exit."""
+        info = self.attach_info(name)
+        urls = info["urls"]
+        log_path = log_dir / f"{name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a", encoding="utf-8") as log:
+            for fp in info["servers"].values():
+                log.write(
+                    f"attached {fp['url']}: {fp['protocol']} {fp.get('version')} models={fp['models']}\n"
+                )
+        yield AttachedHandle(
+            name,
+            urls[0],
+            api_key_for(name) or "",
+            ["attach", f"--protocol={self.protocol}", *urls],
+            log_path,
+            info=info,
+            urls=list(urls),
+            protocol=info["protocol"],
+        )
+
+    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> ShardedScorer:
+        servers = handle.info["servers"]
+        urls = [str(u) for u in handle.info["urls"]]
+        scorers = []
+        for url in urls:
+            fp = servers[url]
+            shard = AttachedHandle(**{**vars(handle), "name": f"{handle.name} ({url})", "base_url": url})
+            shard.info, shard.urls, shard.protocol = fp, [url], fp["protocol"]
+            make = dialect_of(fp).scorer
+            scorers.append(
+                make(shard, concurrency=self._concurrency(fp), seed=seed, deterministic=self.deterministic)
+            )
+        return ShardedScorer(scorers, urls)
+
+    def check_pair(self, *, allow: Iterable[str] = ()) -> None:
+        """Refuse (exit 2, with the diff) attached arms whose read-back settings differ beyond
+        quantization: the LaunchSpecs of attached arms hold no settings to compare."""
+        require_attached_pair(self.attach_info("baseline"), self.attach_info("candidate"), allow=allow)
+
+    def _concurrency(self, fp: Mapping[str, Any]) -> int:
+        if self.deterministic:
+            return 1
+        return self.concurrency or dialect_of(fp).concurrency(fp)

@@ -1,0 +1,166 @@
+"""A scripted engine with no process: the compare loop's test double (``--engine fake``, not listed).
+
+It answers from a script, per arm: ``answer(arm, prompt)`` gives the text of every generation
+and chat reply (None: the request fails after retries, as an overloaded server's would; raising
+stops the run, as a kill would), and ``logprob(arm, context, continuation)`` scores every
+continuation. The default script answers ``"fake"`` and prefers shorter continuations, which
+passes the preflight. Launches, grouped by the servers up at the same time, and every request
+are recorded, so a test can say which arms ran together and which items each server was asked.
+
+It stands in for the loop's bookkeeping only (resume, errors, --aa, sequential stops, concurrent
+arms, sharding over URLs); the end-to-end tests prove the real engines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from evalgate.client import RequestFailed
+from evalgate.engines._launcher import ServerHandle
+from evalgate.engines.api import Engine, LogLik, Scorer
+from evalgate.engines.attach import ShardedScorer
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = ["FakeCall", "FakeEngine", "FakeScorer"]
+
+Answer = Callable[[str, str], "str | None"]
+"""(arm, prompt) -> the reply text; None: the request fails (RequestFailed)."""
+LogProb = Callable[[str, str, str], float]
+"""(arm, context, continuation) -> the continuation's log-probability."""
+
+
+class FakeCall(NamedTuple):
+    """One request a fake server answered."""
+
+    arm: str
+    url: str
+    kind: str
+    """'loglikelihood', 'generate' or 'chat'."""
+    prompt: str
+
+
+def fake_answer(arm: str, prompt: str) -> str | None:
+    return "fake"
+
+
+def shorter_is_likelier(arm: str, context: str, continuation: str) -> float:
+    """Passes the preflight (" Paris" scores above " potato") without a model."""
+    return -float(len(continuation.strip()) or 1)
+
+
+@dataclass
+class FakeScorer(Scorer):
+    """One fake server: answers from its engine's script and records each request."""
+
+    engine: FakeEngine
+    arm: str
+    url: str
+    concurrency: int = 4
+    token_offset: int = 0
+    """Shifts every token id: a server whose tokenizer differs from the others'."""
+    closed: bool = False
+
+    def _ask(self, kind: str, prompt: str) -> str:
+        self.engine.calls.append(FakeCall(self.arm, self.url, kind, prompt))
+        text = self.engine.answer(self.arm, prompt)
+        if text is None:
+            raise RequestFailed(f"the fake {self.arm} server failed {kind} after 3 tries", fix="")
+        return text
+
+    async def loglikelihood(self, context: str, continuation: str) -> LogLik:
+        self.engine.calls.append(FakeCall(self.arm, self.url, "loglikelihood", context + continuation))
+        return self.engine.logprob(self.arm, context, continuation), False, max(1, len(continuation.split()))
+
+    async def generate(
+        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+    ) -> dict[str, Any]:
+        text = self._ask("generate", prompt)
+        for s in stop:
+            if s and s in text:
+                text = text[: text.index(s)]
+        return {"text": text, "prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        prompt = str(payload["messages"][-1].get("content") or "")
+        text = self._ask("chat", prompt)
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
+        message = {"role": "assistant", "content": text}
+        return {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
+
+    async def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        return "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages) + "<|assistant|>"
+
+    async def tokenize(self, text: str) -> list[int]:
+        return [ord(ch) + self.token_offset for ch in text]
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return "".join(chr(t - self.token_offset) for t in tokens)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeEngine(Engine):
+    """Arms answered from a script; ``urls`` > 1 shards each arm over that many fake servers,
+    as attach mode shards an arm over its URLs."""
+
+    answer: Answer = fake_answer
+    logprob: LogProb = shorter_is_likelier
+    concurrent: bool = False
+    """Baseline and candidate up at the same time, as on a machine with GPUs for each."""
+    urls: int = 1
+    concurrency: int = 4
+    odd_tokenizer: str = ""
+    """An arm (or ``arm/N`` for one of its URLs) whose tokenizer differs."""
+    name: str = "fake"
+    launched: list[list[str]] = field(default_factory=list)
+    """Arms launched, grouped by the servers that were up at the same time."""
+    calls: list[FakeCall] = field(default_factory=list)
+    scorers: list[FakeScorer] = field(default_factory=list)
+    up: set[str] = field(default_factory=set)
+
+    @property
+    def concurrent_arms(self) -> bool:
+        return self.concurrent
+
+    def version(self) -> str:
+        return "fake 1"
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        model = variant.model or f"fake-{variant.weights}"
+        args = (("--kv", variant.kv), *variant.args)
+        return LaunchSpec(self.name, model, args, tuple(sorted(variant.env)), frozenset({"model", "--kv"}))
+
+    @contextlib.contextmanager
+    def launch(self, spec: LaunchSpec, *, name: str, log_dir: Path) -> Iterator[ServerHandle]:
+        if not self.up:
+            self.launched.append([])
+        self.launched[-1].append(name)
+        self.up.add(name)
+        log = log_dir / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"fake server {name}\n", encoding="utf-8")
+        urls = self._urls(name)
+        try:
+            yield ServerHandle(name, urls[0], "", ["fake-server", name], log, info={"urls": urls})
+        finally:
+            self.up.discard(name)
+
+    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> Scorer:
+        urls: Sequence[str] = handle.info["urls"]  # type: ignore[assignment]
+        shards = [
+            FakeScorer(
+                self, handle.name, url, self.concurrency, int(self.odd_tokenizer in (handle.name, url))
+            )
+            for url in urls
+        ]
+        self.scorers += shards
+        return shards[0] if len(shards) == 1 else ShardedScorer(shards, urls)
+
+    def _urls(self, arm: str) -> list[str]:
+        return [f"{arm}/{i}" for i in range(self.urls)] if self.urls > 1 else [arm]

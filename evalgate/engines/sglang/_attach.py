@@ -1,0 +1,55 @@
+"""Attach mode's reading of a running SGLang server: ``/server_info`` proves it is one (vLLM's dev
+mode has the endpoint too, so SGLang is told by its ``model_path`` server arg) and holds every
+server arg, which the two arms must share beyond quantization."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from evalgate.engines._gpu import attached_concurrency
+from evalgate.engines._launcher import ServerHandle
+from evalgate.engines.api import AttachDialect, Get
+from evalgate.engines.sglang._scorer import SGLangScorer
+from evalgate.engines.sglang._server_info import read_server_info
+
+__all__ = ["DIALECT"]
+
+_SECRET = re.compile(r"api_key|secret|password|(^|_)token$", re.IGNORECASE)
+
+
+def _read(get: Get) -> dict[str, Any] | None:
+    return read_server_info(get, needs="model_path")
+
+
+def _fingerprint(data: Mapping[str, Any], cards: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    args = {k: v for k, v in data.items() if k != "internal_states" and not _SECRET.search(k)}
+    states = data.get("internal_states") or [{}]
+    pools = [st.get("max_total_num_tokens") if isinstance(st, dict) else None for st in states]
+    if args.get("max_total_num_tokens") is None and all(pools):  # newer SGLang: one per DP rank
+        args["max_total_num_tokens"] = sum(int(p) for p in pools)
+    return {"version": args.pop("version", None), "server_args": args}
+
+
+def _scorer(handle: ServerHandle, *, concurrency: int, seed: int, deterministic: bool) -> SGLangScorer:
+    return SGLangScorer(handle, concurrency=concurrency, seed=seed)
+
+
+DIALECT = AttachDialect(
+    name="sglang",
+    endpoint="/server_info",
+    read=_read,
+    fingerprint=_fingerprint,
+    settings=lambda fp: dict(fp.get("server_args") or {}),
+    concurrency=attached_concurrency,
+    scorer=_scorer,
+    # Differ between replicas of one deployment: internal ports and addresses, GPU ids, the KV pool
+    # measured from free memory at startup, and random_seed (SGLang draws one when unset; evalgate
+    # seeds each request).
+    replica_keys=frozenset(
+        "nccl_port dist_init_addr base_gpu_id gpu_id_step node_rank random_seed"
+        " max_total_num_tokens max_req_input_len".split()
+    ),
+    quant_keys=frozenset({"quantization_param_path", "mem_fraction_static"}),
+)
