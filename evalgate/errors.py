@@ -6,6 +6,7 @@ __all__ = [
     "ConfigError",
     "EvalgateError",
     "InfraError",
+    "InvalidResponse",
     "ItemErrors",
     "PreflightError",
     "ServerDied",
@@ -55,6 +56,12 @@ class ServerDied(InfraError):
 
 class PreflightError(InfraError):
     """A server answered, but not in a way that can be scored correctly."""
+
+
+class InvalidResponse(PreflightError):
+    """One answer that cannot be scored (a NaN or positive logprob, no choices, null text, a body
+    that is not JSON). The loop retries the item like a failed request, then records it as an
+    errored item: never a score."""
 
 
 class ItemErrors(InfraError):

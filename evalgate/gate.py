@@ -16,7 +16,14 @@ from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
 from evalgate import stats
-from evalgate.agreement import DEFAULT_AA_MARGIN, DEFAULT_FLIP_BUDGET, AgreementRow, agreement_row
+from evalgate.agreement import (
+    DEFAULT_AA_MARGIN,
+    DEFAULT_FLIP_BUDGET,
+    AgreementRow,
+    UnansweredTest,
+    agreement_reason,
+    agreement_row,
+)
 from evalgate.errors import ConfigError
 from evalgate.records import Pair
 from evalgate.request import Policy
@@ -46,6 +53,8 @@ class GatePolicy:
     flip_budget: float | None = None
     """Tolerated flip rate; None: the A/A rate plus ``aa_margin`` with --aa, else the default."""
     aa_margin: float = DEFAULT_AA_MARGIN
+    errors_as_wrong: bool = False
+    """Failed items count as wrong, and as unanswered: every suite's agreement row tests them."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -67,6 +76,7 @@ class GatePolicy:
             allow_diff=tuple(req.allow_diff),
             agreement_gate=req.agreement_gate,
             flip_budget=req.flip_budget,
+            errors_as_wrong=req.errors_as_wrong,
         )
 
     def margin_for(self, baseline: float) -> float | None:
@@ -166,6 +176,9 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        for a in data["agreement"]:  # a row without the unanswered test is written as before it existed
+            if a.get("unanswered") is None:
+                a.pop("unanswered", None)
         return {"schema": data.pop("schema"), **data}
 
     def to_json(self) -> str:
@@ -250,13 +263,14 @@ def decide(
                 budget, source = DEFAULT_FLIP_BUDGET, "default"
             agreement.append(
                 agreement_row(suite, metrics[0], pairs, budget=budget, budget_source=source,
-                              aa_flip_rate=aa_rate.get(suite))
+                              aa_flip_rate=aa_rate.get(suite), errors_as_wrong=policy.errors_as_wrong)
             )  # fmt: skip
     for a in agreement:
         if sequential and a.suite in sequential and a.n > 0:  # the fixed-n binomial is not valid there
             a.p_value = float(sequential[a.suite].flip_pvalue)
-    family: list[Row | AgreementRow] = [r for r in rows if r.primary and r.n > 0]
+    family: list[Row | AgreementRow | UnansweredTest] = [r for r in rows if r.primary and r.n > 0]
     family += [a for a in agreement if a.n > 0]
+    family += [a.unanswered for a in agreement if a.n > 0 and a.unanswered is not None]
     adjusted = stats.holm([r.p_value for r in family]) if family else []
     for row, p_adj in zip(family, adjusted, strict=True):
         row.p_adjusted = float(p_adj)
@@ -268,8 +282,9 @@ def decide(
     for row in rows:
         row.status, row.reason = _row_status(row, policy)
     for a in agreement:
-        a.status = "block" if a.significant else ("missing" if a.n == 0 else "pass")
-        a.reason = _agreement_reason(a)
+        blocked = a.significant or (a.unanswered is not None and a.unanswered.significant)
+        a.status = "block" if blocked else ("missing" if a.n == 0 else "pass")
+        a.reason = agreement_reason(a)
     verdict = _verdict(rows, agreement, policy)
     verdict.agreement, verdict.aa = agreement, aa
     if aa and any(r.significant for r in aa):
@@ -294,18 +309,11 @@ def _aa_rows(
     return out
 
 
-def _agreement_reason(a: AgreementRow) -> str:
-    aa = f", A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else ""
-    where = f"{a.flip_rate:.1%} of answers flipped ({a.flips}/{a.n}{aa}), budget {a.budget:.1%} ({a.budget_source})"
-    if a.significant:
-        return f"{where}: more than the budget, p = {a.p_value:.3g}, adjusted {a.p_adjusted:.3g}"
-    return f"{where}, p = {a.p_value:.3g}"
-
-
 def _verdict(rows: list[Row], agreement: list[AgreementRow], policy: GatePolicy) -> Verdict:
     family = [r for r in rows if r.primary and r.n > 0]
     blocking = [r for r in family if r.significant]
     flips = [a for a in agreement if a.significant]
+    silent = [(a, a.unanswered) for a in agreement if a.unanswered is not None and a.unanswered.significant]
     if blocking:
         worst = min(blocking, key=lambda r: (r.p_adjusted or 1.0, r.delta))
         if policy.policy == "non-inferiority":
@@ -326,6 +334,14 @@ def _verdict(rows: list[Row], agreement: list[AgreementRow], policy: GatePolicy)
         reason = (
             f"{a.suite}: accuracy unchanged (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) but "
             f"{a.flip_rate:.1%} of answers flipped ({aa}, p = {a.p_adjusted:.2g})"
+        )
+        return Verdict("BLOCK", policy.alpha, policy.policy, reason, rows, margin=policy.margin)
+    if silent:
+        a, u = min(silent, key=lambda x: x[1].p_adjusted or 1.0)
+        reason = (
+            f"{a.suite}: the candidate left {u.n10} item(s) unanswered (failed, empty or cut at the token cap) "
+            f"where the baseline answered, against {u.n01} the other way ({u.candidate_rate:.1%} vs "
+            f"{u.baseline_rate:.1%} unanswered, one-sided McNemar, Holm p = {u.p_adjusted:.2g})"
         )
         return Verdict("BLOCK", policy.alpha, policy.policy, reason, rows, margin=policy.margin)
     n_items = sum(r.n for r in family)

@@ -22,15 +22,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evalgate.client import RequestFailed
 from evalgate.engines import Scorer
 from evalgate.engines.attach import preflight_all
-from evalgate.errors import EvalgateError, PreflightError
+from evalgate.errors import EvalgateError, InvalidResponse, PreflightError
 from evalgate.manifest import ArmInfo, utc_now
 from evalgate.plan import RunPlan
 from evalgate.records import Record, RecordStore
 from evalgate.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
-from evalgate.suites import Item, Suite
+from evalgate.suites import Item, ItemResult, Suite, SuiteOptions
 from evalgate.throughput import finish_compare, measure_handle
 
-__all__ = ["run_arms"]
+__all__ = ["ITEM_TRIES", "run_arms"]
+
+ITEM_TRIES = 3
+"""Tries of an item whose answer cannot be scored (InvalidResponse) before it is recorded as an error."""
 
 
 def run_arms(plan: RunPlan, console: Console) -> None:
@@ -220,11 +223,7 @@ async def run_suite(
     async def one(item: Item) -> None:
         async with sem:
             t0 = time.perf_counter()
-            try:
-                res = await suite.run(item, scorer, plan.options)
-                error = None
-            except RequestFailed as exc:
-                res, error = None, str(exc)
+            res, error = await _answer(suite, item, scorer, plan.options)
             record = Record(
                 run_id=plan.run_id,
                 arm=arm,
@@ -256,3 +255,22 @@ async def run_suite(
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     return written
+
+
+async def _answer(
+    suite: Suite, item: Item, scorer: Scorer, options: SuiteOptions
+) -> tuple[ItemResult | None, str | None]:
+    """The item's result, or why it has none: a request that failed after the client's retries, or
+    an answer that could not be scored (InvalidResponse) on each of ITEM_TRIES tries. Never a
+    score from an invalid answer."""
+    error = ""
+    for attempt in range(ITEM_TRIES):
+        if attempt:
+            await asyncio.sleep(0.1 * attempt)
+        try:
+            return await suite.run(item, scorer, options), None
+        except RequestFailed as exc:
+            return None, str(exc)
+        except InvalidResponse as exc:
+            error = f"{exc} (tried {ITEM_TRIES} times)"
+    return None, error

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,13 @@ from evalgate.manifest import Manifest, load_manifest
 from evalgate.records import Pair, RecordStore, errors_as_wrong, pair_records
 from evalgate.stats.sequential import outcomes, summary_note
 
-__all__ = ["RunData", "load_run", "verdict_for"]
+__all__ = ["REFERENCE_ERROR_LIMIT", "RunData", "load_run", "verdict_for"]
+
+REFERENCE_ERROR_LIMIT = 0.02
+"""``--errors-as-wrong``: the share of a suite's items that may fail on the baseline (or the A/A
+arm) and still count as wrong there. Beyond it the baseline is no reference (failing on both arms
+would pair as agreement): the suite is an ERROR row and the run exits 3. Without the flag any
+failed item makes the run incomplete (exit 3); a candidate's failures count as wrong, unlimited."""
 
 
 class RunData:
@@ -54,6 +61,34 @@ class RunData:
                 self.pairs[suite] = [p for p in self.pairs[suite] if p.item_id in used]
                 self.missing[suite] = 0 if out.decision != "running" else out.planned - len(self.pairs[suite])
 
+    def broken_references(self) -> dict[str, str]:
+        """``--errors-as-wrong``: suite -> why its baseline (or A/A arm) failed too many items."""
+        out = {}
+        for suite, arms in self.records.items():
+            n = self.manifest.suites[suite].n
+            for arm in ("baseline", "aa"):
+                failed = [r for r in arms.get(arm, {}).values() if "error" in r.extra]
+                if n and len(failed) > REFERENCE_ERROR_LIMIT * n:
+                    first = _one_line(str(failed[0].extra["error"]))
+                    out[suite] = (
+                        f"{suite}: the {arm} failed {len(failed)} of {n} items (more than "
+                        f"{REFERENCE_ERROR_LIMIT:.0%}), so it is no reference; first: {first}"
+                    )
+                    break
+        return out
+
+    def error_summary(self) -> str:
+        """Item errors per arm with the first one's cause, on one line."""
+        count: Counter[str] = Counter()
+        first: dict[str, str] = {}
+        for suite, arms in self.records.items():
+            for arm, recs in arms.items():
+                for r in recs.values():
+                    if r.error:
+                        count[arm] += 1
+                        first.setdefault(arm, f"{suite}/{r.item_id}: {_one_line(r.error)}")
+        return "; ".join(f"{k} item error(s) on the {arm} (first {first[arm]})" for arm, k in count.items())
+
     def errors(self) -> list[str]:
         return [
             f"{suite}/{arm}/{r.item_id}: {r.error}"
@@ -84,13 +119,20 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     errors = run.errors()
     incomplete = {s: k for s, k in run.missing.items() if k > 0}
     if errors or incomplete:
-        what = f"{len(errors)} item error(s)" if errors else ""
+        what = run.error_summary()
         if incomplete:
             what += ("; " if what else "") + ", ".join(
                 f"{s} missing {k} pair(s)" for s, k in incomplete.items()
             )
         verdict.verdict = "ERROR"
         verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
+    broken = run.broken_references() if run.errors_as_wrong else {}
+    for row in verdict.suites:
+        if row.primary and row.suite in broken:
+            row.status, row.reason = "error", broken[row.suite]
+    if broken and verdict.verdict != "ERROR":
+        verdict.verdict = "ERROR"
+        verdict.reason = "; ".join(broken.values())
     failed = kernel_failures(m.kernel_check)
     if failed:
         verdict.verdict = "BLOCK"
@@ -119,6 +161,11 @@ def _truncated(run: RunData) -> dict[str, int]:
         if k:
             out[suite] = k
     return out
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def require_complete(run: RunData) -> None:

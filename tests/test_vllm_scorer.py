@@ -245,7 +245,7 @@ def test_generate_trims_stops_and_chat_names_the_model() -> None:
         return gen, await s.chat({"messages": [{"role": "user", "content": "x"}], "temperature": 0.0}), sent
 
     gen, chat, sent = run_against(body)
-    assert gen == {"text": " 42", "prompt_tokens": 7, "completion_tokens": 4}
+    assert gen == {"text": " 42", "prompt_tokens": 7, "completion_tokens": 4, "finish_reason": "stop"}
     assert chat["model"] == MODEL
     post = next(b for p, b in sent if p == "/v1/completions")
     assert post == {

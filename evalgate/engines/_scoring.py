@@ -1,26 +1,76 @@
 """What the HTTP scorers (llama.cpp, SGLang, vLLM) share, so that every engine tokenizes, splits
 and reports a completion by the same rules and a difference between arms is the server's alone.
-SGLang's and vLLM's scorers also share their batching of a question's choices (BatchScorer)."""
+SGLang's and vLLM's scorers also share their batching of a question's choices (BatchScorer).
+
+Every answer is checked where it is read, item by item and not only in the preflight: a body that
+is not JSON, no choices, a text that is not a string, a logprob that is not a finite number <= 0,
+or not one logprob per token raises ``InvalidResponse`` naming the server. The loop retries such
+an item and then records it as an error: garbage never becomes a score.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import math
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 from evalgate.client import HttpClient, RetryPolicy
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.api import LogLik, Scorer, Split
-from evalgate.errors import PreflightError
+from evalgate.errors import InvalidResponse, PreflightError
 
-__all__ = ["BatchScorer", "TokenCache", "completion_result", "lm_eval_split", "server_client"]
+__all__ = [
+    "LOGPROB_TOLERANCE",
+    "BatchScorer",
+    "TokenCache",
+    "check_chat",
+    "check_logprob",
+    "completion_result",
+    "first_choice",
+    "invalid",
+    "lm_eval_split",
+    "parsing",
+    "server_client",
+]
+
+LOGPROB_TOLERANCE = 1e-4
+"""How far above 0 a logprob may be (a server's float rounding); more is not a log-probability."""
+
+
+def invalid(server: str, what: str) -> InvalidResponse:
+    """``the <server> server <what>``, with the fix; the loop records the item as an error."""
+    return InvalidResponse(
+        f"the {server} server {what}",
+        fix=f"the item was retried, then recorded as an error and not scored; check the {server} server "
+        "(engine build, model files, numerics of its quantization), then --resume to retry those items",
+    )
+
+
+class _JsonClient(HttpClient):
+    """The scorers' client: an answer that is not a JSON value is an InvalidResponse naming the server."""
+
+    def __init__(self, *args: Any, server: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server = server
+
+    async def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            data = await super().request(method, path, *args, **kwargs)
+        except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError: a 200 whose body is not JSON
+            raise invalid(self.server, f"answered {method} {path} with a body that is not JSON") from exc
+        if data is None:
+            raise invalid(self.server, f"answered {method} {path} with an empty body")
+        return data
 
 
 def server_client(
     handle: ServerHandle, *, concurrency: int, seed: int, retry: RetryPolicy | None = None
 ) -> HttpClient:
-    """The client for one launched server: its key, and its log tail when a request finds it dead."""
-    return HttpClient(
+    """The client for one launched server: its key, its log tail when a request finds it dead, and
+    an InvalidResponse naming ``handle.name`` for a body that is not JSON."""
+    return _JsonClient(
         handle.base_url,
         api_key=handle.api_key,
         concurrency=concurrency,
@@ -28,7 +78,67 @@ def server_client(
         alive=handle.alive,
         on_dead=handle.died,
         seed=seed,
+        server=handle.name,
     )
+
+
+def _show(value: Any) -> str:
+    """A value as an error names it, never quoting the server's text (it may hold private items)."""
+    if value is None:
+        return "null"
+    if isinstance(value, (bool, int, float)):
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+@contextlib.contextmanager
+def parsing(server: str, what: str) -> Iterator[None]:
+    """Reading ``what`` from an answer: a field missing or of the wrong type is an InvalidResponse."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise invalid(server, f"answered {what} in an unexpected shape ({type(exc).__name__})") from exc
+
+
+def check_logprob(value: Any, server: str, what: str) -> float:
+    """A log-probability as answered: a finite number <= 0 (``LOGPROB_TOLERANCE`` of rounding)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise invalid(server, f"answered a logprob of {_show(value)} for {what}")
+    v = float(value)
+    if not math.isfinite(v) or v > LOGPROB_TOLERANCE:
+        raise invalid(server, f"answered a logprob of {v!r} for {what}: not a finite number <= 0")
+    return v
+
+
+def first_choice(data: Any, server: str, path: str) -> dict[str, Any]:
+    """``choices[0]`` of an OpenAI answer; none (``choices: []``, null, missing) is an InvalidResponse."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        shown = "[]" if choices == [] else _show(choices)
+        raise invalid(server, f"answered {path} with no choice (choices: {shown})")
+    return choices[0]
+
+
+def check_chat(data: Any, server: str) -> dict[str, Any]:
+    """A ``/v1/chat/completions`` answer with a first choice holding a message whose content is a
+    string or null (null: no text, as with tool calls) and whose tool calls are a list if any."""
+    message = first_choice(data, server, "/v1/chat/completions").get("message")
+    if not isinstance(message, dict):
+        raise invalid(server, f"answered /v1/chat/completions with {_show(message)} as the message")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise invalid(server, f"answered /v1/chat/completions with {_show(content)} as the content")
+    calls = message.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise invalid(server, f"answered /v1/chat/completions with {_show(calls)} as the tool calls")
+    return dict(data)
+
+
+def _count(value: Any) -> int:
+    """A token count from ``usage``; anything but a whole number >= 0 reads as 0 (it is not scored)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return max(0, int(value))
 
 
 class TokenCache:
@@ -74,6 +184,8 @@ class BatchScorer(Scorer):
         self, handle: ServerHandle, *, concurrency: int, seed: int = 0, retry: RetryPolicy | None = None
     ) -> None:
         self.handle = handle
+        self.server = handle.name
+        """Who an InvalidResponse names: the arm (and URL, for an attached shard)."""
         self.concurrency = concurrency
         self.http = server_client(handle, concurrency=concurrency, seed=seed, retry=retry)
         self._tokens = TokenCache(self._tokenize)
@@ -120,18 +232,26 @@ class BatchScorer(Scorer):
         return results
 
 
-def completion_result(data: dict[str, Any], stop: Sequence[str]) -> dict[str, Any]:
-    """Text and token counts of a ``/v1/completions`` answer, the text cut at the first stop string.
+def completion_result(data: Any, stop: Sequence[str], server: str = "inference") -> dict[str, Any]:
+    """Text, token counts and finish reason of a ``/v1/completions`` answer, the text cut at the
+    first stop string; a text that is not a string (null) is an InvalidResponse, never "None".
 
     Servers trim their own stop strings, but not alike (llama-server takes only four), so every
-    engine cuts here too and the arms' texts end by the same rule."""
-    text = str(data["choices"][0]["text"])
+    engine cuts here too and the arms' texts end by the same rule. ``finish_reason`` is the
+    server's ("length": the completion hit ``max_tokens``), or "stop" where the cut found a stop."""
+    choice = first_choice(data, server, "/v1/completions")
+    text = choice.get("text")
+    if not isinstance(text, str):
+        raise invalid(server, f"answered /v1/completions with {_show(text)} as the text")
+    finish = choice.get("finish_reason")
     for s in stop:
         if s and s in text:
-            text = text[: text.index(s)]
-    usage = data.get("usage") or {}
+            text, finish = text[: text.index(s)], "stop"
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
     return {
         "text": text,
-        "prompt_tokens": usage.get("prompt_tokens", 0),
-        "completion_tokens": usage.get("completion_tokens", 0),
+        "prompt_tokens": _count(usage.get("prompt_tokens", 0)),
+        "completion_tokens": _count(usage.get("completion_tokens", 0)),
+        "finish_reason": finish if isinstance(finish, str) else None,
     }

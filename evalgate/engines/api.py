@@ -45,7 +45,9 @@ class Scorer(Protocol):
     async def generate(
         self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
     ) -> dict[str, Any]:
-        """``{"text", "prompt_tokens", "completion_tokens"}`` (and ``truncated_tokens`` if any)."""
+        """``{"text", "prompt_tokens", "completion_tokens", "finish_reason"}`` (and ``truncated_tokens``
+        if any); ``finish_reason`` "length" when the completion hit ``max_tokens``. An answer that
+        cannot be scored raises ``InvalidResponse`` (``engines._scoring``)."""
         ...
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:

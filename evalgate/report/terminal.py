@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from evalgate.gate import Row, Verdict
@@ -30,7 +31,7 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         table.add_column(col, justify="left" if col in ("suite", "metric", "") else "right")
     for r in verdict.suites:
         table.add_row(
-            r.suite,
+            escape(r.suite),
             r.metric + ("" if r.primary else " (info)"),
             str(r.n),
             _score(r, r.n11 + r.n10, r.baseline),
@@ -50,7 +51,7 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         for a in verdict.agreement:
             same = a.top1_agree if a.top1_agree is not None else a.text_agree
             agree.add_row(
-                a.suite, f"{a.flips}/{a.n}", f"{a.flip_rate:.1%}", f"{a.budget:.1%}", f"{a.p_value:.3g}",
+                escape(a.suite), f"{a.flips}/{a.n}", f"{a.flip_rate:.1%}", f"{a.budget:.1%}", f"{a.p_value:.3g}",
                 "" if a.p_adjusted is None else f"{a.p_adjusted:.3g}",
                 "" if a.kl_mean is None else f"{a.kl_mean:.3f}", "" if same is None else f"{same:.1%}",
                 a.status.upper(),
@@ -58,11 +59,12 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         console.print(agree)
     if verdict.aa:
         console.print("A/A noise floor: " + ", ".join(f"{r.suite} {r.flips:.1%} flips" for r in verdict.aa))
-    console.print(f"[{_STYLE.get(verdict.verdict, 'bold')}]{verdict.verdict}[/]: {verdict.reason}")
+    # the reason and notes may quote a server ("[/bold]" in an error body): text, never markup
+    console.print(f"[{_STYLE.get(verdict.verdict, 'bold')}]{verdict.verdict}[/]: {escape(verdict.reason)}")
     for note in verdict.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     if run_dir:
-        console.print(f"evidence: {run_dir}")
+        console.print(f"evidence: {escape(run_dir)}")
 
 
 def _score(r: Row, passed: int, rate: float) -> str:

@@ -144,6 +144,9 @@ class LmEvalSuite:
             resps = [out["text"]]
             tokens = {"prompt": out.get("prompt_tokens", 0), "completion": out.get("completion_tokens", 0)}
             response = out["text"]
+            # what the gate's unanswered test reads (agreement.unanswered): empty, or cut at max tokens
+            extra["empty"] = not response.strip()
+            extra["finish_reason"] = out.get("finish_reason")
             if out.get("truncated_tokens"):
                 extra["truncated_tokens"] = int(out["truncated_tokens"])
         else:

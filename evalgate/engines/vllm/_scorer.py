@@ -18,7 +18,14 @@ from typing import Any, NoReturn
 
 from evalgate.client import RequestFailed, RetryPolicy
 from evalgate.engines._launcher import ServerHandle
-from evalgate.engines._scoring import BatchScorer, completion_result
+from evalgate.engines._scoring import (
+    BatchScorer,
+    check_chat,
+    check_logprob,
+    completion_result,
+    invalid,
+    parsing,
+)
 from evalgate.engines.api import LogLik, Split
 from evalgate.engines.vllm._diagnose import TESTED_VERSION
 from evalgate.errors import PreflightError
@@ -42,40 +49,49 @@ def loglikelihood_payload(splits: Sequence[tuple[list[int], list[int]]], model: 
     return {"model": model, **body} if model else body
 
 
-def read_continuation_logprobs(choice: dict[str, Any], ctx: list[int], cont: list[int]) -> LogLik:
+def read_continuation_logprobs(
+    choice: Any, ctx: list[int], cont: list[int], *, server: str = "vLLM"
+) -> LogLik:
     """Sum and greedy flag of ``cont`` from one choice: ``prompt_logprobs`` (with ranks), else the
-    OpenAI ``logprobs`` layout, whose tokens read "token_id:N" (``return_tokens_as_token_ids``)."""
+    OpenAI ``logprobs`` layout, whose tokens read "token_id:N" (``return_tokens_as_token_ids``).
+    One finite logprob <= 0 per continuation token, else an InvalidResponse naming ``server``."""
+    with parsing(server, "/v1/completions prompt logprobs"):
+        return _read(choice, ctx, cont, server)
+
+
+def _read(choice: Any, ctx: list[int], cont: list[int], server: str) -> LogLik:
     k, n = len(ctx), len(ctx) + len(cont)
     prompt = choice.get("prompt_logprobs")
     lp = choice.get("logprobs") or {}
     sent = len(prompt) if prompt is not None else len(lp.get("tokens") or [])
     if sent != n:
-        _misaligned(n, f"{sent} prompt logprobs")
+        _misaligned(server, n, f"{sent} prompt logprobs")
     values: list[float] = []
     greedy = True
     if prompt is not None:
         for want, position in zip(cont, prompt[k:n], strict=True):
             picked = (position or {}).get(str(want))
             if picked is None or picked.get("logprob") is None:
-                _misaligned(n, f"no logprob for token {want}")
-            values.append(float(picked["logprob"]))
+                _misaligned(server, n, f"no logprob for token {want}")
+            values.append(check_logprob(picked["logprob"], server, f"continuation token {want}"))
             greedy = greedy and _top1(picked, position)
     else:
         tokens, tops = lp["tokens"][k:n], (lp.get("top_logprobs") or [None] * n)[k:n]
         if tokens != [f"token_id:{t}" for t in cont]:
-            _misaligned(n, f"tokens {tokens} where {cont} were sent")
-        for value, top in zip(lp["token_logprobs"][k:n], tops, strict=True):
+            _misaligned(server, n, f"tokens {tokens} where {cont} were sent")
+        for want, value, top in zip(cont, lp["token_logprobs"][k:n], tops, strict=True):
             if value is None:
-                _misaligned(n, "a None logprob in the continuation")
-            values.append(float(value))
+                _misaligned(server, n, "a None logprob in the continuation")
+            values.append(check_logprob(value, server, f"continuation token {want}"))
             greedy = greedy and bool(top) and value >= max(top.values())
     return sum(values), greedy, len(cont)
 
 
-def _misaligned(n: int, what: str) -> NoReturn:
-    raise PreflightError(
-        f"vLLM's prompt logprobs do not line up with the {n} prompt tokens sent ({what})",
-        fix=f"this vLLM does not echo prompt logprobs for token-id prompts; install vLLM {TESTED_VERSION}",
+def _misaligned(server: str, n: int, what: str) -> NoReturn:
+    raise invalid(
+        server,
+        f"answered prompt logprobs that do not line up with the {n} prompt tokens sent ({what}); "
+        f"a vLLM that does not echo prompt logprobs for token-id prompts does this: install vLLM {TESTED_VERSION}",
     )
 
 
@@ -115,13 +131,18 @@ class VLLMScorer(BatchScorer):
         """One ``/v1/completions`` with a list of prompts, so vLLM's prefix cache computes the
         context once; the choices come back in any order, each with its ``index``."""
         data = await self.http.post("/v1/completions", loglikelihood_payload(splits, self.model))
-        choices = sorted(data.get("choices") or [], key=lambda c: int(c.get("index", 0)))
+        with parsing(self.server, "/v1/completions choices"):
+            choices = sorted(data.get("choices") or [], key=lambda c: int(c.get("index", 0)))
         if len(choices) != len(splits):
-            raise PreflightError(
-                f"vLLM answered {len(choices)} choices for a batch of {len(splits)} prompts",
-                fix=f"this vLLM does not batch token-id prompts; install vLLM {TESTED_VERSION}",
+            raise invalid(
+                self.server,
+                f"answered {len(choices)} choices for a batch of {len(splits)} prompts "
+                f"(a vLLM that does not batch token-id prompts: install vLLM {TESTED_VERSION})",
             )
-        return [read_continuation_logprobs(c, *split) for c, split in zip(choices, splits, strict=True)]
+        return [
+            read_continuation_logprobs(c, *split, server=self.server)
+            for c, split in zip(choices, splits, strict=True)
+        ]
 
     async def generate(
         self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
@@ -129,10 +150,12 @@ class VLLMScorer(BatchScorer):
         payload = {"prompt": prompt, "max_tokens": max_tokens, "stop": list(stop), "temperature": temperature}
         data = await self.http.post("/v1/completions", self._with_model({**payload, "seed": seed}))
         # vLLM trims its stop strings already; completion_result keeps every engine identical
-        return completion_result(data, stop)
+        return completion_result(data, stop, self.server)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.http.post("/v1/chat/completions", self._with_model(payload)))
+        return check_chat(
+            await self.http.post("/v1/chat/completions", self._with_model(payload)), self.server
+        )
 
     async def render_chat(self, messages: list[dict[str, Any]]) -> str:
         """The prompt vLLM builds for these messages: ``/tokenize`` renders them as a chat completion
