@@ -2,7 +2,10 @@
 
 Retries cover what a healthy server does under load (5xx, timeouts, dropped connections).
 Before each retry the server process is checked: a dead server is reported at once with its
-log tail instead of being retried into a pile of per-item errors.
+log tail instead of being retried into a pile of per-item errors, and a server that times out on
+every try is reported as stalled (``ServerStalled``, exit 3) instead of costing every item the
+same wait. An error body is kept only as a short excerpt with the API key, URL credentials and
+the request's own text masked (``evalgate.redact``): a server may echo what it was sent.
 """
 
 from __future__ import annotations
@@ -16,20 +19,31 @@ from typing import Any
 import aiohttp
 
 from evalgate.errors import InfraError
+from evalgate.redact import BODY_EXCERPT, payload_texts, redact, redact_url
 
-__all__ = ["HttpClient", "RequestFailed", "RetryPolicy"]
+__all__ = ["HttpClient", "RequestFailed", "RetryPolicy", "ServerStalled"]
+
+_MAX_BODY = 65536
+"""Bytes of an error body read (then masked and cut to an excerpt)."""
 
 
 class RequestFailed(InfraError):
     """One request failed after all retries (the item is recorded with this error)."""
 
 
+class ServerStalled(InfraError):
+    """Every try of a request timed out: the server accepts connections but does not answer."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    attempts: int = 4
+    """How long one request may take and how often it is tried (``[client]`` in evalgate.toml).
+    The defaults give a stalled server up about two minutes after its first request."""
+
+    attempts: int = 2
     backoff_s: float = 0.5
     max_backoff_s: float = 8.0
-    timeout_s: float = 600.0
+    timeout_s: float = 60.0
 
 
 class HttpClient:
@@ -52,6 +66,7 @@ class HttpClient:
         self._on_dead = on_dead
         self._sem = asyncio.Semaphore(max(1, concurrency))
         self._rng = random.Random(seed)  # jitter only; seeded so test doubles see a fixed schedule
+        self._key = api_key or ""
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._max_connections = max(4, concurrency * 2)
         # aiohttp, not httpx: on an instant server httpx costs ~1.2 ms of CPU per request against
@@ -82,15 +97,20 @@ class HttpClient:
 
     async def request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         last = ""
+        timeouts = 0
         for attempt in range(self.retry.attempts):
             async with self._sem:
                 try:
                     async with self._session().request(method, self.base_url + path, json=payload) as resp:
                         if resp.status < 400:
                             return await resp.json(content_type=None)
-                        body = (await resp.text(errors="replace"))[:300]
-                except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
-                    last = f"{type(exc).__name__}: {exc}".rstrip(": ")
+                        raw = await resp.content.read(_MAX_BODY)
+                        body = self._clean(raw.decode("utf-8", errors="replace"), payload)
+                except asyncio.TimeoutError:
+                    timeouts += 1
+                    last = f"no answer within {self.retry.timeout_s:g} s"
+                except aiohttp.ClientError as exc:
+                    last = self._clean(f"{type(exc).__name__}: {exc}".rstrip(": "), payload)
                 else:
                     last = f"HTTP {resp.status} from {path}: {body}"
                     if resp.status < 500 and resp.status not in (408, 429):
@@ -105,7 +125,25 @@ class HttpClient:
                 await asyncio.sleep(delay * (0.5 + self._rng.random()))
         if not self._alive():
             raise self._on_dead() if self._on_dead else RequestFailed("the server died", fix="")
+        if timeouts == self.retry.attempts:
+            where = redact_url(self.base_url)
+            raise ServerStalled(
+                f"the server at {where} stopped answering: {method} {path} timed out "
+                f"{timeouts} time(s) after {self.retry.timeout_s:g} s",
+                fix="check the server (overloaded, hung, or still loading?); if its answers are just slow, "
+                "raise [client] timeout_s in evalgate.toml or --request-timeout; continue with "
+                "--resume RUN_DIR",
+            )
         raise RequestFailed(
-            f"{method} {path} failed {self.retry.attempts} times: {last}",
+            f"{method} {path} failed {_times(self.retry.attempts)}: {last}",
             fix="the item is recorded with this error; rerun with --resume to retry it",
         )
+
+    def _clean(self, text: str, payload: dict[str, Any] | None) -> str:
+        """An excerpt of a server's text with this client's key, URL credentials and whatever the
+        request carried (an echo of the prompt) masked."""
+        return redact(text, secrets=[self._key], private=payload_texts(payload), limit=BODY_EXCERPT)
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"

@@ -14,6 +14,11 @@ Example::
     [suites.tool_calls]   # a suite's own options (`evalgate suites list` shows them)
     prefill = false
 
+    [client]              # every request to a server (flags: --request-timeout, --tries, --deadline)
+    timeout_s = 60        # one try of one request; a server that times out on every try has stalled
+    tries = 2
+    deadline_s = 7200     # the whole run (unset: none)
+
 The flags of ``evalgate compare`` are fields of ``evalgate.request.CompareRequest``, not of this
 file. A suite option given with ``--suite-opt SUITE.KEY=VALUE`` wins over its table here.
 """
@@ -34,7 +39,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["EvalgateConfig", "load_config"]
+__all__ = ["ClientConfig", "EvalgateConfig", "load_config", "read_text"]
 
 
 class LlamaCppConfig(BaseModel):
@@ -49,6 +54,9 @@ class LlamaCppConfig(BaseModel):
         "passive",
         description="OMP_WAIT_POLICY for ggml's OpenMP workers: passive sleeps at barriers instead of "
         "spinning, so a busy machine costs the CPU it takes, not 8x (default: OpenMP's own).",
+    )
+    spin_count: int | None = Field(
+        None, ge=0, description="GOMP_SPINCOUNT: spins before an idle OpenMP worker sleeps (None: unset)."
     )
     ready_timeout_s: float = Field(120.0, gt=0, description="Seconds to wait for /health.")
     deterministic: bool = Field(
@@ -120,6 +128,17 @@ class VLLMConfig(GPUConfig):
     )
 
 
+class ClientConfig(BaseModel):
+    """``[client]``: how long evalgate waits for a server; flags of the same meaning win."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    timeout_s: float = Field(60.0, gt=0, description="Seconds one try of one request may take.")
+    tries: int = Field(2, ge=1, le=20, description="Tries per request (5xx, timeouts, dropped connections).")
+    deadline_s: float | None = Field(
+        None, gt=0, description="Seconds the whole run may take (records are kept; --resume continues)."
+    )
+
+
 class VariantConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     base: str = Field("bf16", description="Built-in variant this one starts from.")
@@ -136,6 +155,7 @@ class EvalgateConfig(BaseModel):
     llamacpp: LlamaCppConfig = Field(default_factory=LlamaCppConfig)
     sglang: SGLangConfig = Field(default_factory=SGLangConfig)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    client: ClientConfig = Field(default_factory=ClientConfig)
     variants: dict[str, VariantConfig] = Field(default_factory=dict)
     suites: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per suite, its own options (checked by the suite)."
@@ -161,8 +181,10 @@ def load_config(path: Path | None) -> EvalgateConfig:
         path = default
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist", fix="check the --config path")
+    if not path.is_file():
+        raise ConfigError(f"--config {path} is not a file", fix="pass the evalgate.toml file, not its folder")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", fix="fix the line it names") from exc
     try:
@@ -173,4 +195,23 @@ def load_config(path: Path | None) -> EvalgateConfig:
         raise ConfigError(
             f"{path}: {where}: {first['msg']}",
             fix="see the example at the top of evalgate/config.py or the README's configuration section",
+        ) from exc
+
+
+def read_text(path: Path) -> str:
+    """A text file as UTF-8; a file that is not UTF-8 (or cannot be read) is a ConfigError naming
+    the file and the line of the first bad byte."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read {path}: {exc.strerror or exc}", fix="check the path and its permissions"
+        ) from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})",
+            fix="save the file as UTF-8",
         ) from exc

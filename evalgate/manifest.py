@@ -5,8 +5,9 @@ generated from it. The request is stored once (``request``, a ``CompareRequest``
 manifests, which also copied alpha, policy, margin, seed and the like to the top level, load
 through ``Manifest``'s migration, so an old run folder still renders and resumes.
 
-Secrets never enter it: launch commands are stored with the API key masked, and the
-environment is not recorded beyond the variables a variant sets explicitly.
+Secrets never enter it: launch commands are stored with the API key masked, the environment is
+not recorded beyond the variables a variant sets explicitly, and the file as written has attach
+mode's API keys and any ``user:pass@`` of a URL masked (``evalgate.redact``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from pydantic import (
     model_validator,
 )
 
+from evalgate.config import read_text
 from evalgate.errors import ConfigError
+from evalgate.redact import env_secrets, redact
 from evalgate.request import CompareRequest
 
 __all__ = [
@@ -234,7 +237,8 @@ def write_manifest(run_dir: Path, manifest: Manifest) -> None:
     """Write atomically, so a crash never leaves a half manifest that blocks --resume."""
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=False, default=str) + "\n")
+    text = json.dumps(manifest.to_dict(), indent=2, sort_keys=False, default=str)
+    tmp.write_text(redact(text, secrets=env_secrets()) + "\n", encoding="utf-8")  # URL credentials too
     tmp.replace(run_dir / "manifest.json")
 
 
@@ -247,7 +251,7 @@ def load_manifest(run_dir: Path) -> Manifest:
             fix="pass the folder that `evalgate compare` printed (reports/<run-id>)",
         )
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON: {exc}", fix="restore it or start a new run") from exc
     if not isinstance(data, dict) or data.get("schema") not in (1, MANIFEST_SCHEMA):

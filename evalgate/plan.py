@@ -14,12 +14,14 @@ from typing import Any
 
 from rich.console import Console
 
+from evalgate.client import RetryPolicy
 from evalgate.config import EvalgateConfig
 from evalgate.engines import Engine, get_engine
-from evalgate.engines.attach import ExternalEngine
+from evalgate.engines.attach import ExternalEngine, require_two_servers
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
 from evalgate.gguf import file_sha256
+from evalgate.lock import RunLock
 from evalgate.manifest import (
     LaunchInfo,
     Manifest,
@@ -54,6 +56,18 @@ class RunPlan:
     options: SuiteOptions
     manifest: Manifest
     variants: dict[str, Variant] = field(default_factory=dict)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Per request: the timeout of one try and the number of tries ([client], --request-timeout, --tries)."""
+    deadline_s: float | None = None
+    """Seconds the whole run may take ([client] deadline_s, --deadline); None: no deadline."""
+    lock: RunLock | None = None
+    """Held on the run folder from planning until the command ends: one writer per run."""
+    secrets: list[str] = field(default_factory=list)
+    """Launched servers' API keys, masked in every error stored or printed (never recorded)."""
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     def save(self) -> None:
         """Write manifest.json atomically: every write of a compare run's manifest goes through here."""
@@ -66,8 +80,28 @@ def _run_id(req: CompareRequest) -> str:
 
 
 def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> RunPlan:
-    """Everything that can fail without a server: config, variants, the fairness check, items."""
+    """Everything that can fail without a server: config, variants, the fairness check, items.
+    The returned plan holds the run folder's lock (``RunPlan.release`` lets it go)."""
     GatePolicy.from_request(req)  # validate
+    run_id = _run_id(req)
+    run_dir = Path(req.resume) if req.resume else Path(req.out) if req.out else Path("reports") / run_id
+    lock = RunLock(run_dir)
+    if run_dir.is_dir():  # a run being resumed, or an --out folder given: take it before any work
+        lock.acquire()
+    try:
+        plan = _plan(req, cfg, console, run_id, run_dir, lock)
+    except BaseException:
+        lock.release()
+        raise
+    plan.lock = lock
+    return plan
+
+
+def _plan(
+    req: CompareRequest, cfg: EvalgateConfig, console: Console, run_id: str, run_dir: Path, lock: RunLock
+) -> RunPlan:
+    if not req.resume:
+        _require_fresh(run_dir)
     if req.deterministic:  # recorded in the launch args (-np 1), so a resume keeps it
         cfg = cfg.model_copy(update={"llamacpp": cfg.llamacpp.model_copy(update={"deterministic": True})})
     engine = _engine(req, cfg)
@@ -113,17 +147,8 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
         if req.sequential:  # the recorded order in which the e-value consumes them
             items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
     if req.resume:
-        run_dir = Path(req.resume)
         old = load_manifest(run_dir)
         run_id = old.run_id
-    else:
-        run_id = _run_id(req)
-        run_dir = Path(req.out) if req.out else Path("reports") / run_id
-        if (run_dir / "manifest.json").exists():
-            raise ConfigError(
-                f"{run_dir} already holds a run",
-                fix=f"continue it with --resume {run_dir}, or choose another --out",
-            )
     manifest = _manifest(req, run_id, engine, specs, suites, items, options, variants)
     if req.sequential:
         manifest.sequential = SequentialInfo(chunk=req.chunk or DEFAULT_CHUNK)
@@ -138,6 +163,13 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
         if old.throughput:  # compare --with-throughput: arms already swept are not swept again
             manifest.throughput = old.throughput
     plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, manifest, variants)
+    plan.retry = RetryPolicy(
+        attempts=req.tries or cfg.client.tries, timeout_s=req.request_timeout_s or cfg.client.timeout_s
+    )
+    plan.deadline_s = req.deadline_s or cfg.client.deadline_s
+    lock.acquire()
+    if not req.resume:
+        _require_fresh(run_dir)  # again, now that no one else can start it
     plan.save()
     _write_prompts(plan)
     return plan
@@ -156,8 +188,26 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Engine:
                 fix="drop --engine (use --protocol to name the attached servers' engine)",
             )
         urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
+        if not req.same_server_ok:
+            require_two_servers(urls["baseline"], urls["candidate"])
         return ExternalEngine(urls, protocol=req.protocol, deterministic=req.deterministic)
     return get_engine(req.engine or cfg.engine, cfg)
+
+
+def _require_fresh(run_dir: Path) -> None:
+    """A new run's folder holds no run: neither a manifest nor another run's records."""
+    if (run_dir / "manifest.json").exists():
+        raise ConfigError(
+            f"{run_dir} already holds a run",
+            fix=f"continue it with --resume {run_dir}, or choose another --out",
+        )
+    leftovers = [p for p in ("items", "prompts") if any((run_dir / p).glob("*.jsonl"))]
+    if leftovers:
+        raise ConfigError(
+            f"{run_dir} holds {' and '.join(f'{p}/' for p in leftovers)} of another run but no manifest.json, "
+            "so they cannot be told apart from this run's",
+            fix="choose another --out (or empty that folder); a run is continued only with --resume",
+        )
 
 
 def _write_prompts(plan: RunPlan) -> None:

@@ -5,7 +5,9 @@ schema 1: one JSON object per line, one line per item per arm, written and flush
 item finishes. Keys (in this order): schema, run_id, arm, variant, suite, suite_version,
 item_id, repeat, prompt_hash, target, response, extracted, metrics, tokens, latency_s, error,
 extra. A later line for the same (suite, item_id, repeat) supersedes an earlier one, which is
-how a resumed run retries an item that errored. A line cut short by a crash is dropped.
+how a resumed run retries an item that errored. A line cut short by a crash is dropped. A line of
+another run (its ``run_id``) is refused, never reused; a line without one (written before every
+record carried it) belongs to the run of the folder's manifest.
 """
 
 from __future__ import annotations
@@ -103,6 +105,10 @@ def parse_record(line: str) -> Record:
         errors = exc.errors()
         if any(e["type"] == "json_invalid" for e in errors):  # Python's json also takes lone surrogates
             return Record.from_dict(json.loads(line))
+        if any(e["type"] == "missing" and e["loc"][:1] == ("run_id",) for e in errors):
+            data = json.loads(line)  # an old record: the run is the folder's
+            if isinstance(data, dict):
+                return Record.from_dict({**data, "run_id": ""})
         if any(e["loc"][:1] == ("schema",) for e in errors):
             _check_schema(json.loads(line))
         raise
@@ -122,10 +128,12 @@ def safe_name(name: str) -> str:
 
 
 class RecordStore:
-    """The ``items/`` folder of a run: one append-only JSONL file per (suite, arm)."""
+    """The ``items/`` folder of a run: one append-only JSONL file per (suite, arm). With ``run_id``,
+    a record of any other run is refused (exit 2) instead of being reused."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, run_id: str | None = None) -> None:
         self.dir = Path(run_dir) / "items"
+        self.run_id = run_id
 
     def path(self, suite: str, arm: str) -> Path:
         return self.dir / f"{safe_name(suite)}.{safe_name(arm)}.jsonl"
@@ -136,7 +144,16 @@ class RecordStore:
         if not path.exists():
             return {}
         _truncate_torn_tail(path)
-        return {r.key: r for r in read_records(path)}
+        out = {}
+        for r in read_records(path):
+            if self.run_id is not None and r.run_id and r.run_id != self.run_id:
+                raise ConfigError(
+                    f"{path} holds records of run {r.run_id}, not of this run ({self.run_id})",
+                    fix="records are never reused across runs: move that file out of the run folder, "
+                    "or start the run in a fresh --out folder",
+                )
+            out[r.key] = r
+        return out
 
     def append(self, record: Record) -> None:
         path = self.path(record.suite, record.arm)
@@ -160,12 +177,17 @@ def _truncate_torn_tail(path: Path) -> None:
 
 
 def read_records(path: Path) -> Iterator[Record]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.endswith("\n"):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.endswith(b"\n"):
                 return  # torn by a crash mid-write; the item reruns on resume
             try:
-                yield parse_record(line)
+                yield parse_record(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    f"{path}:{lineno} is not UTF-8 text",
+                    fix="remove that line; its item will rerun with --resume",
+                ) from exc
             except (json.JSONDecodeError, ValidationError) as exc:
                 raise ConfigError(
                     f"{path}:{lineno} is not a valid record: {exc}",

@@ -20,12 +20,23 @@ from pydantic.json_schema import SkipJsonSchema
 
 from evalgate.errors import ConfigError
 
-__all__ = ["DEFAULT_SUITES", "CompareRequest", "Flag", "Policy", "Preset", "parse_suite_opts"]
+__all__ = [
+    "DEFAULT_SUITES",
+    "TIMING_FIELDS",
+    "CompareRequest",
+    "Flag",
+    "Policy",
+    "Preset",
+    "check_request",
+    "parse_suite_opts",
+]
 
 Policy = Literal["difference", "regression", "non-inferiority"]
 Preset = Literal["smoke", "quick", "full"]
 Protocol = Literal["auto", "llamacpp", "sglang", "vllm"]
 DEFAULT_SUITES = ("gsm8k", "arc_easy")
+TIMING_FIELDS = ("request_timeout_s", "tries", "deadline_s")
+"""How long evalgate waits, not what it measures: a resumed run may change them."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,9 @@ class CompareRequest(BaseModel):
         exclude=True,
         description="continue an interrupted run (its folder or run id); other flags default to the run's",
     )
-    max_gen_tokens: int | None = Field(None, description="cap generated tokens on both arms (recorded)")
+    max_gen_tokens: int | None = Field(
+        None, description="cap generated tokens on both arms (recorded); at least 1"
+    )
     policy: Policy = Field(
         "difference",
         description="difference: block on any significant change; regression: one-sided; "
@@ -139,6 +152,20 @@ class CompareRequest(BaseModel):
     chunk: Annotated[int | None, Flag(default_text="50")] = Field(
         None, description="--sequential: items per look"
     )
+    same_server_ok: bool = Field(
+        False,
+        description="attach mode: allow both arms to be the same server (an A/A check of the harness; "
+        "otherwise refused, since such a pair passes whatever the candidate is)",
+    )
+    request_timeout_s: Annotated[
+        float | None, Flag(name="request-timeout", metavar="SECONDS", default_text="[client] timeout_s, 60")
+    ] = Field(None, description="seconds one try of one request may take")
+    tries: Annotated[int | None, Flag(default_text="[client] tries, 2")] = Field(
+        None, description="tries per request (a server that times out on every try has stalled: exit 3)"
+    )
+    deadline_s: Annotated[
+        float | None, Flag(name="deadline", metavar="SECONDS", default_text="[client] deadline_s, none")
+    ] = Field(None, description="seconds the whole run may take; then exit 3, records kept for --resume")
     reveal_private: bool = Field(
         False, description="write private exam prompts, answers and responses into records and reports"
     )
@@ -163,3 +190,52 @@ class CompareRequest(BaseModel):
                 opts.setdefault("tool_calls", {}).setdefault("prefill", prefill)
                 data["suite_options"] = opts
         return data
+
+
+def check_request(req: CompareRequest) -> None:
+    """Every value a flag can carry, checked before anything is loaded or launched (exit 2)."""
+
+    def need(ok: bool, cause: str, fix: str) -> None:
+        if not ok:
+            raise ConfigError(cause, fix=fix)
+
+    need(
+        req.limit is None or req.limit >= 1,
+        "--limit must be at least 1",
+        "omit it to use the preset's item count",
+    )
+    need(0 < req.alpha < 1, f"--alpha {_g(req.alpha)} is not between 0 and 1", "the usual value is 0.05")
+    need(
+        req.chunk is None or req.chunk >= 1, "--chunk must be at least 1", "the default is 50 items per look"
+    )
+    need(bool(req.suites), "--suites is empty", "name at least one suite; see `evalgate suites list`")
+    need(
+        req.flip_budget is None or 0 < req.flip_budget < 1,
+        f"--flip-budget {_g(req.flip_budget)} is not a rate between 0 and 1",
+        "give the tolerated share of flipped answers, e.g. 0.05 for 5%",
+    )
+    need(
+        req.max_gen_tokens is None or req.max_gen_tokens >= 1,
+        f"--max-gen-tokens {req.max_gen_tokens} must be at least 1",
+        "omit it to keep each suite's own limit",
+    )
+    need(
+        req.request_timeout_s is None or req.request_timeout_s > 0,
+        f"--request-timeout {_g(req.request_timeout_s)} must be more than 0 seconds",
+        "the default is 60",
+    )
+    need(req.tries is None or req.tries >= 1, f"--tries {req.tries} must be at least 1", "the default is 2")
+    need(
+        req.deadline_s is None or req.deadline_s > 0,
+        f"--deadline {_g(req.deadline_s)} must be more than 0 seconds",
+        "omit it for no deadline",
+    )
+    need(
+        req.out is None or req.resume is not None or not req.out.exists() or req.out.is_dir(),
+        f"--out {req.out} is a file",
+        "give a folder that does not exist yet (or an empty one)",
+    )
+
+
+def _g(value: float | None) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

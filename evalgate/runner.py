@@ -22,10 +22,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evalgate.client import RequestFailed
 from evalgate.engines import Scorer
 from evalgate.engines.attach import preflight_all
-from evalgate.errors import EvalgateError, InvalidResponse, PreflightError
+from evalgate.errors import EvalgateError, InfraError, InvalidResponse, PreflightError
 from evalgate.manifest import ArmInfo, utc_now
 from evalgate.plan import RunPlan
 from evalgate.records import Record, RecordStore
+from evalgate.redact import env_secrets, redact
 from evalgate.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
 from evalgate.suites import Item, ItemResult, Suite, SuiteOptions
 from evalgate.throughput import finish_compare, measure_handle
@@ -43,11 +44,44 @@ def run_arms(plan: RunPlan, console: Console) -> None:
         _run(plan, schedule, console)
     except EvalgateError as exc:
         exc.fix = exc.fix.replace("RUN_DIR", str(plan.run_dir))
+        private = [t for s in plan.suites if s.private for it in plan.items[s.name] for t in it.secrets]
+        secrets = run_secrets(plan)
+        exc.cause = redact(exc.cause, secrets=secrets, private=private)
+        exc.detail = redact(exc.detail, secrets=secrets, private=private)
+        exc.args = (exc.cause,)
         raise
 
 
+def run_secrets(plan: RunPlan) -> list[str]:
+    """What no stored or printed error may hold: both arms' API keys (attach mode's from the
+    environment, launched servers' from their handles)."""
+    return [*env_secrets(), *plan.secrets]
+
+
+def _deadline_passed(plan: RunPlan) -> InfraError:
+    return InfraError(
+        f"the run reached its deadline of {plan.deadline_s:g} s ([client] deadline_s, --deadline); every "
+        "item finished so far is recorded",
+        fix="continue with: evalgate compare --resume RUN_DIR (a resume may pass a later --deadline)",
+    )
+
+
+async def _within(deadline: float | None, plan: RunPlan, work: Awaitable[None]) -> None:
+    """``work``, cancelled with an InfraError (exit 3) when the run's deadline passes."""
+    if deadline is None:
+        await work
+        return
+    try:
+        await asyncio.wait_for(work, timeout=max(0.0, deadline - time.monotonic()))
+    except asyncio.TimeoutError:
+        if time.monotonic() < deadline:
+            raise
+        raise _deadline_passed(plan) from None
+
+
 def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
-    store = RecordStore(plan.run_dir)
+    store = RecordStore(plan.run_dir, run_id=plan.run_id)
+    deadline = None if plan.deadline_s is None else time.monotonic() + plan.deadline_s
     for group in schedule.groups():
         for arm in group:
             plan.manifest.arms.setdefault(arm, ArmInfo())
@@ -57,9 +91,11 @@ def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
         live = [arm for arm in group if arm in busy or arm in sweep]
         if not live:
             continue
+        if deadline is not None and time.monotonic() >= deadline:
+            raise _deadline_passed(plan)
         with contextlib.ExitStack() as stack:
             handles = launch_arms(plan, stack, live)
-            asyncio.run(_run_group(plan, schedule, handles, recs, store, console))
+            asyncio.run(_within(deadline, plan, _run_group(plan, schedule, handles, recs, store, console)))
             for arm in live:
                 plan.manifest.arms[arm].ended_utc = utc_now()
                 if arm in sweep:  # after the suites, on the same server: tok/s, TTFT, ITL, KV capacity
@@ -79,6 +115,9 @@ def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str])
             plan.engine.launch(plan.specs[arm], name=arm, log_dir=plan.run_dir / "logs")
         )
         handles[arm] = handle
+        handle.retry = plan.retry  # the run's request timeout and tries, for the scorer's client
+        if handle.api_key:
+            plan.secrets.append(handle.api_key)
         info = plan.manifest.arms.setdefault(arm, ArmInfo())
         info.command = list(handle.command)
         info.started_utc = utc_now()
@@ -219,11 +258,14 @@ async def run_suite(
     sem = asyncio.Semaphore(max(1, scorer.concurrency))
     hide = suite.private and not plan.options.reveal_private
     written: list[Record] = []
+    secrets = run_secrets(plan)
 
     async def one(item: Item) -> None:
         async with sem:
             t0 = time.perf_counter()
             res, error = await _answer(suite, item, scorer, plan.options)
+            if error is not None:  # kept as an excerpt, without keys or private text
+                error = redact(error, secrets=secrets, private=item.secrets, limit=400)
             record = Record(
                 run_id=plan.run_id,
                 arm=arm,

@@ -31,7 +31,7 @@ class RunData:
         self.dir = Path(run_dir)
         self.manifest: Manifest = load_manifest(self.dir)
         self.arm_names: list[str] = list(self.manifest.arm_names)
-        store = RecordStore(self.dir)
+        store = RecordStore(self.dir, run_id=self.manifest.run_id)
         self.records = {
             suite: {arm: store.load(suite, arm) for arm in self.arm_names} for suite in self.manifest.suites
         }

@@ -75,6 +75,9 @@ def test_attach_needs_both_urls_and_no_engine(tmp_path: Path, capsys: pytest.Cap
     urls = ["--baseline-url", "http://127.0.0.1:9", "--candidate-url", "http://127.0.0.1:9"]
     assert main([*base, *urls, "--engine", "sglang"]) == 2
     assert "drop --engine" in capsys.readouterr().err
+    assert main([*base, *urls]) == 2  # one server on both arms passes whatever the candidate is
+    assert "are the same server" in capsys.readouterr().err
+    urls[-1] = "http://127.0.0.1:10"
     assert main([*base, *urls]) == 3  # nothing listens on port 9: named, with the fix
     err = capsys.readouterr().err
     assert "127.0.0.1:9" in err and "fix:" in err

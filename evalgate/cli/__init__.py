@@ -1,17 +1,25 @@
 """The ``evalgate`` command: one module per subcommand, each thin over library functions.
 
-Exit codes: 0 PASS, 1 BLOCK, 2 usage or config error, 3 infrastructure error.
+Exit codes: 0 PASS, 1 BLOCK, 2 usage or config error, 3 infrastructure error. Exit 1 means BLOCK
+and nothing else: any exception no module turned into an ``EvalgateError`` exits 3 with a
+one-line cause, what to do, and where its traceback was saved, never a bare traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import tempfile
 import threading
+import traceback
 from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
 
 from evalgate.errors import EvalgateError
+from evalgate.redact import env_secrets, redact
 
 __all__ = ["main"]
 
@@ -51,14 +59,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except EvalgateError as exc:
-        print(exc.render(), file=sys.stderr)
+        print(redact(exc.render(), secrets=env_secrets()), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted: completed items are kept; continue with --resume RUN_DIR", file=sys.stderr)
         return 3
+    except Exception as exc:  # a bug or an unforeseen input: exit 3, never 1 (BLOCK)
+        print(_unexpected(exc, getattr(args, "run_dir", None)), file=sys.stderr)
+        return 3
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+
+
+def _unexpected(exc: Exception, run_dir: Path | None) -> str:
+    """One line of cause, the fix, and the file that holds the traceback (the run's logs/ when
+    there is a run folder, else a temp file); API keys and URL credentials masked in both."""
+    secrets = env_secrets()
+    text = redact("".join(traceback.format_exception(exc)), secrets=secrets)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    where: Path | str
+    try:
+        if run_dir is not None and Path(run_dir).is_dir():
+            where = Path(run_dir) / "logs" / f"traceback-{stamp}.txt"
+            where.parent.mkdir(parents=True, exist_ok=True)
+            where.write_text(text, encoding="utf-8")
+        else:
+            fd, name = tempfile.mkstemp(prefix=f"evalgate-traceback-{stamp}-", suffix=".txt")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            where = name
+    except OSError as err:
+        where = f"(not saved: {err})"
+    cause = redact(f"{type(exc).__name__}: {exc}", secrets=secrets, limit=300)
+    return "\n".join(
+        [
+            f"error: unexpected {cause}",
+            "fix: this is a bug in evalgate or an input it does not check; the run's records are kept "
+            "(--resume continues it); please report it with the traceback",
+            f"traceback: {where}",
+        ]
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

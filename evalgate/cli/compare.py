@@ -21,10 +21,11 @@ from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
 from evalgate.kernel_check import kernel_check_for, kernel_failures
 from evalgate.manifest import load_manifest
-from evalgate.plan import plan_compare
+from evalgate.plan import RunPlan, plan_compare
+from evalgate.redact import MASK, redact_url
 from evalgate.report import github, render_run
 from evalgate.report.terminal import print_verdict
-from evalgate.request import CompareRequest
+from evalgate.request import TIMING_FIELDS, CompareRequest, check_request
 from evalgate.runner import run_arms
 
 __all__ = ["add_parser", "request_from_args", "run"]
@@ -79,17 +80,32 @@ def request_from_args(
     resume = _resume_dir(args.resume)
     recorded = load_manifest(resume).request
     fields = CompareRequest.model_fields
+    kept = {k: v for k, v in typed.items() if k in TIMING_FIELDS or k in _URL_FIELDS}
     clashes = [
-        f"{flag_name(k, fields[k])} {_show(v)} (the run used {_show(getattr(recorded, k))})"
+        f"{flag_name(k, fields[k])} {_show(_masked(k, v))} (the run used {_show(getattr(recorded, k))})"
         for k, v in typed.items()
-        if _differs(v, getattr(recorded, k))
+        if k not in TIMING_FIELDS and _differs(_masked(k, v), getattr(recorded, k))
     ]
     if clashes:
         raise ConfigError(
             f"--resume {resume}: " + "; ".join(clashes),
             fix="drop those flags (a resumed run keeps its own settings), or start a new run",
         )
-    return _request({**recorded.model_dump(), "resume": resume})
+    for k in _URL_FIELDS:  # credentials are not recorded: the URL with them is typed again
+        if k not in typed and any(f"://{MASK}@" in u for u in getattr(recorded, k)):
+            raise ConfigError(
+                f"--resume {resume}: the run's {flag_name(k, fields[k])} held credentials, which are not recorded",
+                fix=f"pass {flag_name(k, fields[k])} again, as the original run had it",
+            )
+    return _request({**recorded.model_dump(), **kept, "resume": resume})
+
+
+_URL_FIELDS = ("baseline_url", "candidate_url")
+
+
+def _masked(name: str, value: Any) -> Any:
+    """A typed URL as the manifest records it (``user:pass@`` masked), to compare with the record."""
+    return tuple(redact_url(str(u)) for u in value) if name in _URL_FIELDS else value
 
 
 def _request(values: dict[str, Any]) -> CompareRequest:
@@ -130,15 +146,17 @@ def run(args: argparse.Namespace) -> int:
     console = Console(width=None if Console().is_terminal else 120)
     cfg = load_config(args.config)
     req = request_from_args(args, cfg.suites)
-    if req.limit is not None and req.limit < 1:
-        raise ConfigError("--limit must be at least 1", fix="omit it to use the preset's item count")
-    if not 0 < req.alpha < 1:
-        raise ConfigError(f"--alpha {req.alpha} is not between 0 and 1", fix="the usual value is 0.05")
-    if req.chunk is not None and req.chunk < 1:
-        raise ConfigError("--chunk must be at least 1", fix="the default is 50 items per look")
-    if not req.suites:
-        raise ConfigError("--suites is empty", fix="name at least one suite; see `evalgate suites list`")
-    plan = plan_compare(req, cfg, console)
+    check_request(req)  # every value, before any item is loaded or server started
+    plan = plan_compare(req, cfg, console)  # holds the run folder's lock
+    args.run_dir = plan.run_dir  # where main() saves a traceback, should one happen
+    try:
+        return _run(args, plan, console)
+    finally:
+        plan.release()
+
+
+def _run(args: argparse.Namespace, plan: RunPlan, console: Console) -> int:
+    req = plan.request
     console.print(
         f"run {plan.run_id}: {req.baseline} vs {req.candidate} on {plan.engine.name}, "
         f"suites {', '.join(req.suites)} -> {plan.run_dir}"

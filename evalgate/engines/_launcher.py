@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evalgate.client import RetryPolicy
 from evalgate.errors import ServerDied, ServerStartError
 from evalgate.variants import LaunchSpec
 
@@ -114,6 +115,8 @@ class ServerHandle:
     info: dict[str, object] = field(default_factory=dict)
     diagnose: Callable[[str], str | None] | None = None
     diagnose_signal: SignalDiagnosis | None = None
+    retry: RetryPolicy | None = None
+    """The run's request timeout and tries; the compare loop sets it before making the scorer."""
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None

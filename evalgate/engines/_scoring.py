@@ -74,7 +74,7 @@ def server_client(
         handle.base_url,
         api_key=handle.api_key,
         concurrency=concurrency,
-        retry=retry,
+        retry=retry or handle.retry,
         alive=handle.alive,
         on_dead=handle.died,
         seed=seed,

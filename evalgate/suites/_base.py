@@ -66,6 +66,9 @@ class Item:
     display: dict[str, Any] = field(default_factory=dict)
     """What a reviewer reads in the report: ``prompt`` (str) and ``choices`` (list or None).
     Written once per run to ``prompts/<suite>.jsonl``, never for private suites."""
+    secrets: tuple[str, ...] = ()
+    """Texts no artifact may hold (a private item's prompt, answer and system prompt): masked in
+    every error stored or printed (``evalgate.redact``)."""
 
 
 @dataclass

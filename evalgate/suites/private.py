@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evalgate.config import read_text
 from evalgate.errors import ConfigError
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices
 
@@ -130,11 +132,27 @@ def choice_letter(choices: list[str]) -> Grader:
     return grade
 
 
-def regex_match() -> Grader:
-    """The answer is a regular expression that must match somewhere in the response (``re.search``)."""
+REGEX_TIMEOUT_S = 1.0
+"""Seconds one regex answer may take on one response: a pattern that backtracks without end
+(``(a+)+$`` on a long run of a's) is an exam error naming the item, not a hung run."""
+
+
+class RegexTimeout(ConfigError):
+    """A regex answer took longer than its limit on a response."""
+
+
+def regex_match(timeout_s: float = REGEX_TIMEOUT_S) -> Grader:
+    """The answer is a regular expression that must match somewhere in the response (``re.search``
+    semantics, run by the ``regex`` package with a time limit)."""
 
     def grade(response: str, answer: str) -> tuple[bool, Any]:
-        m = re.search(answer, response)
+        try:
+            m = regex.search(answer, response, timeout=timeout_s)
+        except TimeoutError as exc:
+            raise RegexTimeout(
+                f"the regex answer took more than {timeout_s:g} s on a {len(response)}-character response",
+                fix="simplify the pattern: nested repeats such as (a+)+ backtrack without end on some texts",
+            ) from exc
         return m is not None, None if m is None else m.group(0)
 
     return grade
@@ -151,9 +169,14 @@ class ExamItem:
     def grade(self, response: str) -> tuple[bool, Any]:
         if self.grader == "choice":
             return choice_letter(list(self.choices or ()))(response, self.answer)
-        return {"exact": exact_match, "numeric": numeric_match, "regex": regex_match}[self.grader]()(
-            response, self.answer
-        )
+        try:
+            return {"exact": exact_match, "numeric": numeric_match, "regex": regex_match}[self.grader]()(
+                response, self.answer
+            )
+        except RegexTimeout as exc:
+            exc.cause = f"private exam item {self.id!r}: {exc.cause}"
+            exc.args = (exc.cause,)
+            raise
 
 
 @dataclass(frozen=True)
@@ -200,8 +223,8 @@ def _item_problem(row: Any) -> str | None:
             return "has an 'answer' that is not a number (grader numeric)"
     if grader == "regex":
         try:
-            re.compile(answer)
-        except re.error as exc:
+            regex.compile(answer)
+        except regex.error as exc:
             return f"has an 'answer' that is not a valid regular expression ({exc.msg} at position {exc.pos})"
     return None
 
@@ -215,8 +238,13 @@ def _read_items(path: Path) -> tuple[ExamItem, ...]:
     items: list[ExamItem] = []
     seen: dict[str, int] = {}
     problems: list[str] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problems.append(f"{path}:{lineno}: is not UTF-8 text (byte 0x{raw[exc.start]:02x})")
+                continue
             if not line.strip():
                 continue
             try:
@@ -259,7 +287,7 @@ def _read_toml(path: Path) -> ExamConfig:
     if not path.exists():
         return ExamConfig()
     try:
-        return ExamConfig.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+        return ExamConfig.model_validate(tomllib.loads(read_text(path)))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", fix="fix the line it names") from exc
     except ValidationError as exc:
@@ -325,9 +353,9 @@ class PrivateSuite:
                 if options.reveal_private
                 else {}
             )
-            out.append(
-                Item(it.id, prompt_hash(request), it.answer, (it, request), {"grader": it.grader}, shown)
-            )
+            secret = (it.prompt, it.answer, self.exam.system_prompt or "", *(it.choices or ()))
+            meta = {"grader": it.grader}
+            out.append(Item(it.id, prompt_hash(request), it.answer, (it, request), meta, shown, secret))
         return out
 
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:

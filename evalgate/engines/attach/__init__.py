@@ -12,6 +12,8 @@ from evalgate.engines.attach._fingerprint import (
     fingerprint,
     normalize_url,
     require_attached_pair,
+    require_two_servers,
+    server_identity,
 )
 from evalgate.engines.attach._sharded import ShardedScorer, preflight_all, shard_index
 
@@ -28,5 +30,7 @@ __all__ = [
     "normalize_url",
     "preflight_all",
     "require_attached_pair",
+    "require_two_servers",
+    "server_identity",
     "shard_index",
 ]

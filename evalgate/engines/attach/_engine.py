@@ -33,6 +33,7 @@ from evalgate.engines.attach._fingerprint import (
 )
 from evalgate.engines.attach._sharded import ShardedScorer
 from evalgate.errors import ConfigError
+from evalgate.redact import redact_url
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["AttachedHandle", "ExternalEngine"]
@@ -128,7 +129,8 @@ class ExternalEngine(Engine):
         with open(log_path, "a", encoding="utf-8") as log:
             for fp in info["servers"].values():
                 log.write(
-                    f"attached {fp['url']}: {fp['protocol']} {fp.get('version')} models={fp['models']}\n"
+                    f"attached {redact_url(fp['url'])}: {fp['protocol']} {fp.get('version')} "
+                    f"models={fp['models']}\n"
                 )
         yield AttachedHandle(
             name,

@@ -18,6 +18,7 @@ import httpx
 from evalgate.engines import llamacpp, sglang, vllm
 from evalgate.engines.api import AttachDialect
 from evalgate.errors import ConfigError, ServerStartError
+from evalgate.redact import BODY_EXCERPT, redact, redact_url
 
 DIALECTS: dict[str, AttachDialect] = {d.name: d for d in (llamacpp.DIALECT, sglang.DIALECT, vllm.DIALECT)}
 PROTOCOLS = tuple(DIALECTS)
@@ -53,11 +54,46 @@ def normalize_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
+_LOOPBACK = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback", "::1", "0.0.0.0", "::"}
+
+
+def server_identity(url: str) -> str:
+    """What tells two URLs apart as servers: scheme and host case, the default port, a trailing
+    ``/`` or ``/v1``, credentials, and the loopback's names (localhost, 127.x, ::1) do not."""
+    parts = urlsplit(normalize_url(url))
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower().rstrip(".")
+    if host in _LOOPBACK or re.fullmatch(r"127(\.\d{1,3}){3}", host):
+        host = "loopback"
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:
+        port = -1
+    path = parts.path.rstrip("/")
+    return f"{scheme}://{host}:{port}{path}"
+
+
+def require_two_servers(baseline: Sequence[str], candidate: Sequence[str]) -> None:
+    """Refuse (exit 2) a pair where both arms reach the same server: it agrees with itself, so it
+    would pass whatever the candidate is."""
+    base = {server_identity(u): u for u in baseline}
+    shared = [(base[server_identity(u)], u) for u in candidate if server_identity(u) in base]
+    if shared:
+        b, c = shared[0]
+        raise ConfigError(
+            f"--baseline-url {redact_url(b)} and --candidate-url {redact_url(c)} are the same server, so the "
+            "pair compares that server with itself and would pass whatever the candidate is",
+            fix="point --candidate-url at the candidate's own server; to check the harness against one "
+            "server on purpose (an A/A run), add --same-server-ok",
+        )
+
+
 class _Probe:
     """GETs against one URL; answers None for 'not this endpoint', raises for anything else."""
 
     def __init__(self, url: str, api_key: str | None, key_env: str, timeout_s: float) -> None:
-        self.url, self.key_sent, self.key_env = url, bool(api_key), key_env
+        self.url, self.key_sent, self.key_env = redact_url(url), bool(api_key), key_env
+        self._key = api_key or ""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0))
 
@@ -83,7 +119,8 @@ class _Probe:
             )
         if resp.status_code >= 500:
             raise ServerStartError(
-                f"{self.url} failed GET {path} (HTTP {resp.status_code}: {resp.text[:200]})",
+                f"{self.url} failed GET {path} (HTTP {resp.status_code}: "
+                f"{redact(resp.text, secrets=[self._key], limit=BODY_EXCERPT)})",
                 fix="wait until it has loaded its model (/health answers 200), else read the server's log",
             )
         try:
@@ -107,7 +144,7 @@ def fingerprint(
         models = probe.get("/v1/models")
         if not isinstance(models, dict) or not isinstance(models.get("data"), list):
             raise ConfigError(
-                f"{url} does not serve the OpenAI API (GET /v1/models gave no model list)",
+                f"{redact_url(url)} does not serve the OpenAI API (GET /v1/models gave no model list)",
                 fix="give the server's root URL (http://HOST:PORT), the one whose /v1/models lists the model",
             )
         cards = [m for m in models["data"] if isinstance(m, dict)]
