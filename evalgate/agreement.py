@@ -38,6 +38,7 @@ __all__ = [
     "agreement_row",
     "flip_count",
     "unanswered",
+    "unanswered_test",
 ]
 
 DEFAULT_AA_MARGIN = 0.03

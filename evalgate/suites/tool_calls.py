@@ -185,12 +185,19 @@ class ToolCallSuite:
             return ItemResult(
                 response, {"calls": [], "problems": ["the engine could not parse the output"]}, metrics
             )
-        choice = (data.get("choices") or [{}])[0]
+        choice = (data.get("choices") or [{}])[0]  # checked by the scorer
         message = choice.get("message") or {}
         metrics, extracted = score(message, case, request.get("tools", []))
-        usage = data.get("usage") or {}
-        tokens = {"prompt": usage.get("prompt_tokens", 0), "completion": usage.get("completion_tokens", 0)}
-        return ItemResult(recorded_message(message, choice.get("finish_reason")), extracted, metrics, tokens)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        tokens = {k: v for k in ("prompt", "completion") if isinstance(v := usage.get(f"{k}_tokens", 0), int)}
+        recorded = recorded_message(message, choice.get("finish_reason"))
+        # what the gate's unanswered test reads: neither text nor a call, or cut at max tokens
+        finish = recorded["finish_reason"]
+        extra = {
+            "empty": not (recorded["content"] or "").strip() and not recorded["tool_calls"],
+            "finish_reason": finish if isinstance(finish, str) else None,
+        }
+        return ItemResult(recorded, extracted, metrics, tokens, extra=extra)
 
 
 @cache
