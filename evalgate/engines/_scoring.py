@@ -43,8 +43,8 @@ def invalid(server: str, what: str) -> InvalidResponse:
     """``the <server> server <what>``, with the fix; the loop records the item as an error."""
     return InvalidResponse(
         f"the {server} server {what}",
-        fix=f"the item was retried, then recorded as an error and not scored; check the {server} server "
-        "(engine build, model files, numerics of its quantization), then --resume to retry those items",
+        fix=f"check the {server} server (engine build, model files, numerics of its quantization); an item "
+        "so answered is retried, then recorded as an error and never scored (--resume retries it)",
     )
 
 
