@@ -77,6 +77,16 @@ class RunData:
                     break
         return out
 
+    def failed_suites(self) -> dict[str, str]:
+        """suite -> its item errors (any arm) with the first one's cause; none with --errors-as-wrong."""
+        out = {}
+        for suite, arms in self.records.items():
+            failed = [(arm, r) for arm, recs in arms.items() for r in recs.values() if r.error]
+            if failed:
+                arm, r = failed[0]
+                out[suite] = f"{len(failed)} item error(s), first on the {arm}: {_one_line(str(r.error))}"
+        return out
+
     def error_summary(self) -> str:
         """Item errors per arm with the first one's cause, on one line."""
         count: Counter[str] = Counter()
@@ -127,6 +137,7 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         verdict.verdict = "ERROR"
         verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
     broken = run.broken_references() if run.errors_as_wrong else {}
+    broken |= {s: f"{s}: {why}" for s, why in run.failed_suites().items() if s not in broken}
     for row in verdict.suites:
         if row.primary and row.suite in broken:
             row.status, row.reason = "error", broken[row.suite]

@@ -119,7 +119,7 @@ def test_an_invalid_candidate_answer_is_an_item_error_never_a_score(
     code, printed = compare(base, cand, out, capsys, *flags)
     assert code == 3, printed
     v = verdict(out)
-    assert v["verdict"] == "ERROR" and "\n" not in v["reason"]
+    assert v["verdict"] == "ERROR" and "\n" not in v["reason"] and v["suites"][0]["status"] == "error"
     assert "on the candidate" in v["reason"] and LOGLIK_MODES[mode] in v["reason"], v["reason"]
     assert f"the candidate ({cand.url}) server" in v["reason"] or mode == "http500"
     assert not errored(out, "arc_easy", "baseline") and errored(out, "arc_easy", "candidate")
