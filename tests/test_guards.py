@@ -1,6 +1,5 @@
-"""`evalgate compare` never turns a crash into BLOCK, garbage into a run, or a secret into an
-artifact: whole compares on the fake engine, with small stub servers where HTTP matters (one that
-echoes the request and the Authorization header in a 500, one that accepts and never answers).
+"""`evalgate compare` never turns a crash into BLOCK, a bad value into a launched run, or another
+run's records into this one's: whole compares on the fake engine (tests/_guards.py).
 
 Exit 1 is BLOCK and nothing else: an unexpected exception is exit 3 with its traceback saved; a
 bad value is exit 2 before any server starts; one run folder has one writer and one run's records.
@@ -10,62 +9,20 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evalgate.cli import main
-from evalgate.client import HttpClient, RetryPolicy
-from evalgate.engines._launcher import ServerHandle
-from evalgate.engines.api import Scorer
-from evalgate.engines.fake import FakeEngine, FakeScorer
+from evalgate.engines.fake import FakeEngine
 from evalgate.records import RecordStore
 
-N = 12
-KEYS = {
-    "EVALGATE_BASELINE_API_KEY": "sk-base-SECRETKEY-4f1c",
-    "EVALGATE_CANDIDATE_API_KEY": "sk-cand-SECRETKEY-9e2a",
-}
-MARKERS = ("PROMPT-MARKER-q7x", "ANSWER-MARKER-k2z", "SYSTEM-MARKER-m5w")
-EXAMPLE = Path(__file__).resolve().parents[1] / "reports" / "example"
-Capture = pytest.CaptureFixture[str]
+from ._guards import EXAMPLE, Capture, N, compare, exam, use
 
-
-@pytest.fixture
-def exam(tmp_path: Path) -> Path:
-    """N items whose prompt, answer and system prompt carry private markers; the answer is "yes"
-    for the fake servers (exact grader), so a clean run passes."""
-    folder = tmp_path / "exam"
-    folder.mkdir()
-    rows = [
-        {"id": f"q{i}", "prompt": f"q{i} {MARKERS[0]} tell me", "answer": "yes", "grader": "exact"}
-        for i in range(N)
-    ]
-    rows[0]["answer"] = f"yes {MARKERS[1]}"  # one private answer to keep out of every file
-    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "exam.toml").write_text(f'name = "exam"\nsystem_prompt = "{MARKERS[2]} be brief"\n')
-    return folder
-
-
-@pytest.fixture
-def use(monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeEngine], FakeEngine]:
-    def install(engine: FakeEngine) -> FakeEngine:
-        monkeypatch.setattr("evalgate.plan.get_engine", lambda name, cfg: engine)
-        return engine
-
-    return install
-
-
-def compare(out: Path, exam: Path, *flags: str) -> int:
-    base = ["--engine", "fake", "--baseline", "bf16", "--candidate", "fp8", "--suites", f"private:{exam}"]
-    return main(["compare", *base, "--out", str(out), *flags])
+__all__ = ["exam", "use"]  # fixtures
 
 
 # -- exit 1 is BLOCK only; values are checked before any server starts -----------------------------
@@ -254,119 +211,6 @@ def test_a_second_resume_of_one_run_fails_at_once(
     ids = [json.loads(line)["item_id"] for line in lines]
     assert len(ids) == len(set(ids)) == N  # every item once: nothing sent or recorded twice
     assert sum(1 for c in engine.calls if c.kind == "chat") == N - 5
-
-
-# -- HTTP stubs: an echo of secrets in a 500, and a server that never answers ----------------------
-@dataclass
-class HttpScorer(FakeScorer):
-    """A fake server whose chat goes over HTTP to ``target`` (a stub), with the arm's API key and
-    the run's retry policy, as an attached server's scorer would."""
-
-    target: str = ""
-    retry: RetryPolicy | None = None
-
-    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        key = KEYS[f"EVALGATE_{self.arm.upper()}_API_KEY"]
-        async with HttpClient(self.target, api_key=key, concurrency=4, retry=self.retry) as http:
-            return dict(await http.post("/v1/chat/completions", payload))
-
-
-@dataclass
-class HttpEngine(FakeEngine):
-    target: str = ""
-
-    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> Scorer:
-        return HttpScorer(self, handle.name, handle.name, target=self.target, retry=handle.retry)
-
-
-@pytest.fixture
-def echo() -> Iterator[str]:
-    """Answers every POST with a 500 whose body is the request and its Authorization header."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            echoed = json.dumps(
-                {"error": "boom", "auth": self.headers.get("Authorization"), "request": body.decode()}
-            )
-            data = echoed.encode()
-            self.send_response(500)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_port}"
-    httpd.shutdown()
-
-
-@pytest.fixture
-def stalled() -> Iterator[str]:
-    """Accepts connections and reads, never answers."""
-    sock = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    done = threading.Event()
-
-    def serve() -> None:
-        sock.settimeout(0.1)
-        while not done.is_set():
-            try:
-                held.append(sock.accept()[0])
-            except OSError:
-                continue
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    done.set()
-    for conn in held:
-        conn.close()
-    sock.close()
-
-
-def test_an_echoing_server_leaks_no_key_or_private_text(
-    exam: Path, tmp_path: Path, use: Any, echo: str, capsys: Capture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name, key in KEYS.items():
-        monkeypatch.setenv(name, key)
-    use(HttpEngine(target=echo))
-    out = tmp_path / "run"
-    assert compare(out, exam, "--request-timeout", "5", "--tries", "1") == 3  # every item errored
-    captured = capsys.readouterr()
-    records = RecordStore(out).load("private:exam", "baseline")
-    assert len(records) == N and all(r.error and "HTTP 500" in r.error for r in records.values())
-    assert all(len(r.error or "") < 400 for r in records.values())  # an excerpt, not the body
-    files = [p for p in out.rglob("*") if p.is_file()]
-    assert {"manifest.json", "report.html", "junit.xml", "verdict.json"} <= {p.name for p in files}
-    for secret in (*KEYS.values(), *MARKERS):
-        assert secret not in captured.out + captured.err, secret
-        for path in files:
-            assert secret not in path.read_text(errors="replace"), (secret, path)
-
-
-def test_a_stalled_server_fails_the_run_within_its_tries(
-    exam: Path, tmp_path: Path, use: Any, stalled: str, capsys: Capture
-) -> None:
-    use(HttpEngine(target=stalled))
-    t0 = time.monotonic()
-    assert compare(tmp_path / "run", exam, "--request-timeout", "0.3", "--tries", "2") == 3
-    assert time.monotonic() - t0 < 6
-    err = capsys.readouterr().err
-    assert "stopped answering" in err and "timed out 2 time(s) after 0.3 s" in err and "--resume" in err
-
-
-def test_the_run_deadline_ends_a_stalled_run(
-    exam: Path, tmp_path: Path, use: Any, stalled: str, capsys: Capture
-) -> None:
-    use(HttpEngine(target=stalled))
-    t0 = time.monotonic()
-    assert compare(tmp_path / "run", exam, "--deadline", "1") == 3  # the request timeout is 60 s
-    assert time.monotonic() - t0 < 5
-    err = capsys.readouterr().err
-    assert "reached its deadline of 1 s" in err and f"--resume {tmp_path / 'run'}" in err
 
 
 def test_a_backtracking_regex_answer_is_an_exam_error(
