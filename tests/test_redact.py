@@ -138,3 +138,13 @@ def test_a_backtracking_regex_is_an_exam_error_within_its_limit() -> None:
         item.grade("a" * 5000 + "!")
     assert err.value.exit_code == 2 and "(a+)+" in err.value.fix
     assert regex_match()("aaaa", r"(a+)+$") == (True, "aaaa")  # fine on text it does not explode on
+
+
+def test_a_key_and_url_credentials_on_one_arm_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalgate.engines.attach import ExternalEngine
+
+    urls = {"baseline": ["http://ann:pw@10.0.0.1:1"], "candidate": ["http://10.0.0.2:1"]}
+    ExternalEngine(urls)  # credentials alone: sent as HTTP basic auth
+    monkeypatch.setenv("EVALGATE_BASELINE_API_KEY", KEY)
+    with pytest.raises(ConfigError, match="both EVALGATE_BASELINE_API_KEY and credentials in its URL"):
+        ExternalEngine(urls)

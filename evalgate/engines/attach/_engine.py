@@ -78,6 +78,12 @@ class ExternalEngine(Engine):
         for arm in ("baseline", "candidate"):
             if not self.urls.get(arm):
                 raise ConfigError(f"no URL given for the {arm}", fix=f"pass --{arm}-url http://HOST:PORT")
+            if api_key_for(arm) and any(urlsplit(u).username is not None for u in self.urls[arm]):
+                raise ConfigError(
+                    f"the {arm} has both {_key_env(arm)} and credentials in its URL, and a request can carry "
+                    "only one of them",
+                    fix=f"drop the user:pass@ from --{arm}-url, or unset {_key_env(arm)}",
+                )
         self.protocol = protocol
         self.concurrency = concurrency
         """Requests in flight per URL; None: llama-server's slots, or 32 for SGLang and vLLM."""
