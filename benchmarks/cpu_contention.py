@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         default=900.0,
         help="give up on one measurement after this long (shown as >cap)",
     )
+    ap.add_argument("--quiet-only", action="store_true", help="time each setting on the quiet machine only")
     ap.add_argument(
         "--setting",
         action="append",
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             order = settings if r % 2 == 0 else settings[::-1]
             for label, s in order:
-                for busy in (False, True):
+                for busy in (False,) if args.quiet_only else (False, True):
                     t = time_setting(s, items, suite, options, busy=busy, log_dir=Path(tmp), cap_s=args.cap_s)
                     times.setdefault((label, busy), []).append(t)
                     state = "busy " if busy else "quiet"
@@ -148,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     first_quiet = statistics.median(times[(settings[0][0], False)])
     for label, s in settings:
         quiet = statistics.median(times[(label, False)])
-        busy = statistics.median(times[(label, True)])
+        busy = statistics.median(times.get((label, True), [float("nan")]))
         flags = " ".join(f"{k} {v}" if v is not None else k for k, v in _thread_flags(s))
         slowdown = f"{busy / quiet:8.2f}x" if busy != float("inf") else f">{args.cap_s / quiet:.1f}x".rjust(9)
+        if busy != busy:  # nan: --quiet-only
+            slowdown = "-".rjust(9)
         print(
             f"{label:26s} {quiet:8.1f} {_s(busy, args.cap_s):>8s} {slowdown} {quiet / first_quiet:14.2f}x   {flags}"
         )
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _s(t: float, cap_s: float) -> str:
+    if t != t:  # nan: not measured
+        return "-"
     return f"{t:.1f} s" if t != float("inf") else f">{cap_s:.0f} s"
 
 
@@ -166,7 +171,7 @@ def _thread_flags(s: LlamaCppConfig) -> list[tuple[str, str | None]]:
     flags = [
         (k, v) for k, v in spec.args if k in {"-t", "-tb", "--poll", "--threads-batch", "-np", "--no-repack"}
     ]
-    return flags + [(f"{k}=", v) for k, v in spec.env]
+    return flags + [(f"{k}={v}", None) for k, v in spec.env]
 
 
 if __name__ == "__main__":

@@ -117,6 +117,8 @@ class LlamaCppEngine(Engine):
         # default: on a busy machine a descheduled worker then stalls the other (8x slower, issue
         # #15). PASSIVE makes them sleep instead (benchmarks/cpu_contention.py measures both).
         env = {"OMP_WAIT_POLICY": c.wait_policy.upper()} if c.wait_policy != "default" else {}
+        if c.spin_count is not None:
+            env["GOMP_SPINCOUNT"] = str(c.spin_count)
         env.update(variant.env)
         return LaunchSpec(self.name, model, tuple(args.items()), tuple(sorted(env.items())), QUANT_KEYS)
 
