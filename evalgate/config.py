@@ -15,7 +15,7 @@ Example::
     prefill = false
 
     [client]              # every request to a server (flags: --request-timeout, --tries, --deadline)
-    timeout_s = 60        # one try of one request; a server that times out on every try has stalled
+    timeout_s = 60        # one try of one request (unset: 60, or 600 on the CPU engine); timing out every try = stalled
     tries = 2
     deadline_s = 7200     # the whole run (unset: none)
 
@@ -132,7 +132,11 @@ class ClientConfig(BaseModel):
     """``[client]``: how long evalgate waits for a server; flags of the same meaning win."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    timeout_s: float = Field(60.0, gt=0, description="Seconds one try of one request may take.")
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds one try of one request may take (unset: the engine's, 60; llama.cpp 600).",
+    )
     tries: int = Field(2, ge=1, le=20, description="Tries per request (5xx, timeouts, dropped connections).")
     deadline_s: float | None = Field(
         None, gt=0, description="Seconds the whole run may take (records are kept; --resume continues)."

@@ -164,7 +164,8 @@ def _plan(
             manifest.throughput = old.throughput
     plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, manifest, variants)
     plan.retry = RetryPolicy(
-        attempts=req.tries or cfg.client.tries, timeout_s=req.request_timeout_s or cfg.client.timeout_s
+        attempts=req.tries or cfg.client.tries,
+        timeout_s=req.request_timeout_s or cfg.client.timeout_s or engine.request_timeout_s(),
     )
     plan.deadline_s = req.deadline_s or cfg.client.deadline_s
     lock.acquire()

@@ -158,7 +158,12 @@ class CompareRequest(BaseModel):
         "otherwise refused, since such a pair passes whatever the candidate is)",
     )
     request_timeout_s: Annotated[
-        float | None, Flag(name="request-timeout", metavar="SECONDS", default_text="[client] timeout_s, 60")
+        float | None,
+        Flag(
+            name="request-timeout",
+            metavar="SECONDS",
+            default_text="[client] timeout_s, else 60 (600 on the CPU engine)",
+        ),
     ] = Field(None, description="seconds one try of one request may take")
     tries: Annotated[int | None, Flag(default_text="[client] tries, 2")] = Field(
         None, description="tries per request (a server that times out on every try has stalled: exit 3)"

@@ -126,6 +126,12 @@ class Engine(Protocol):
         engine cannot afford long chains of thought in a smoke run); None: the suite's own."""
         return None
 
+    def request_timeout_s(self) -> float:
+        """How long one try of one request may take when ``[client] timeout_s`` is unset: short
+        enough that a stalled server fails the run within minutes, long enough for one slow
+        generation on this engine."""
+        return 60.0
+
 
 Get = Callable[[str], Any]
 """GET ``path`` on one server: its JSON, or None when it has no such endpoint."""

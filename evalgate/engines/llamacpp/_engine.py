@@ -165,3 +165,9 @@ class LlamaCppEngine(Engine):
         # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
         # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
         return SMOKE_GEN_CAP if preset == "smoke" else None
+
+    def request_timeout_s(self) -> float:
+        # a 5-shot GSM8K generation beside three others took up to 108 s on 2 quiet cores, and a
+        # busy neighbour doubles that (benchmarks/cpu_contention.py); the process itself is
+        # watched, so a dead server is still caught at once
+        return 600.0
