@@ -5,15 +5,13 @@ answer and system prompt carry markers that no artifact may hold, both arms' API
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from evalgate.cli import main
-from evalgate.engines.fake import FakeEngine
 
-__all__ = ["EXAMPLE", "KEYS", "MARKERS", "Capture", "N", "compare", "exam", "use"]
+__all__ = ["EXAMPLE", "KEYS", "MARKERS", "Capture", "N", "compare", "exam"]
 
 N = 12
 KEYS = {
@@ -39,15 +37,6 @@ def exam(tmp_path: Path) -> Path:
     (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "exam.toml").write_text(f'name = "exam"\nsystem_prompt = "{MARKERS[2]} be brief"\n')
     return folder
-
-
-@pytest.fixture
-def use(monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeEngine], FakeEngine]:
-    def install(engine: FakeEngine) -> FakeEngine:
-        monkeypatch.setattr("evalgate.plan.get_engine", lambda name, cfg: engine)
-        return engine
-
-    return install
 
 
 def compare(out: Path, exam: Path, *flags: str) -> int:

@@ -7,9 +7,12 @@ read-only in spirit: tests never download, they skip the end-to-end tier if it i
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from evalgate.engines.fake import FakeEngine
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = (REPO / ".." / "shared" / "data").resolve()
@@ -59,3 +62,14 @@ needs_server = pytest.mark.skipif(
 needs_models = pytest.mark.skipif(
     not (have_llama_server() and have_models()), reason="run `evalgate setup` first (CI does)"
 )
+
+
+@pytest.fixture
+def use(monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeEngine], FakeEngine]:
+    """Make ``--engine fake`` build this engine (its script, its record of launches and requests)."""
+
+    def install(engine: FakeEngine) -> FakeEngine:
+        monkeypatch.setattr("evalgate.plan.get_engine", lambda name, cfg: engine)
+        return engine
+
+    return install

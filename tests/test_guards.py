@@ -20,9 +20,9 @@ from evalgate.cli import main
 from evalgate.engines.fake import FakeEngine
 from evalgate.records import RecordStore
 
-from ._guards import EXAMPLE, Capture, N, compare, exam, use
+from ._guards import EXAMPLE, Capture, N, compare, exam
 
-__all__ = ["exam", "use"]  # fixtures
+__all__ = ["exam"]  # fixtures
 
 
 # -- exit 1 is BLOCK only; values are checked before any server starts -----------------------------

@@ -29,10 +29,10 @@ from evalgate.engines.fake import FakeEngine, FakeScorer
 from evalgate.records import RecordStore
 
 from ._background import background_apps
-from ._guards import KEYS, MARKERS, Capture, N, compare, exam, use
+from ._guards import KEYS, MARKERS, Capture, N, compare, exam
 from .hostile_server import Hostile, hostile_app
 
-__all__ = ["exam", "use"]  # fixtures
+__all__ = ["exam"]  # fixtures
 
 
 # -- HTTP stubs: an echo of secrets in a 500, and a server that never answers ----------------------

@@ -20,6 +20,8 @@ from evalgate.cli import main
 from evalgate.engines.fake import FakeEngine
 from evalgate.records import RecordStore
 
+from ._guards import compare
+
 N = 40
 Script = Callable[[str, str], "str | None"]
 
@@ -33,22 +35,6 @@ def exam(tmp_path: Path) -> Path:
     (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "exam.toml").write_text('name = "exam"\n')
     return folder
-
-
-@pytest.fixture
-def use(monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeEngine], FakeEngine]:
-    """Make ``--engine fake`` build this engine (its script, its record of launches and requests)."""
-
-    def install(engine: FakeEngine) -> FakeEngine:
-        monkeypatch.setattr("evalgate.plan.get_engine", lambda name, cfg: engine)
-        return engine
-
-    return install
-
-
-def compare(out: Path, exam: Path, *flags: str) -> int:
-    base = ["--engine", "fake", "--baseline", "bf16", "--candidate", "fp8", "--suites", f"private:{exam}"]
-    return main(["compare", *base, "--out", str(out), *flags])
 
 
 def resume(out: Path) -> int:
