@@ -131,7 +131,8 @@ class ServerHandle:
         hint = exit_hint(code, self.tail(200), self.diagnose, self.diagnose_signal)
         return ServerDied(
             f"the {self.name} server died{' ' + context if context else ''} ({how})",
-            fix=hint or "rerun with --resume RUN_DIR to continue; completed items are kept",
+            fix=(f"{hint}; then " if hint else "")
+            + "rerun with --resume RUN_DIR to continue; completed items are kept",
             detail=f"command: {shlex.join(self.command)}\nlog tail ({self.log_path}):\n{self.tail()}",
         )
 
