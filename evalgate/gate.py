@@ -332,7 +332,7 @@ def _verdict(rows: list[Row], agreement: list[AgreementRow], policy: GatePolicy)
         acc = next(r for r in family if r.suite == a.suite)
         aa = f"A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else f"budget {a.budget:.1%}"
         reason = (
-            f"{a.suite}: accuracy unchanged (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) but "
+            f"{a.suite}: accuracy change not significant (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) but "
             f"{a.flip_rate:.1%} of answers flipped ({aa}, p = {a.p_adjusted:.2g})"
         )
         return Verdict("BLOCK", policy.alpha, policy.policy, reason, rows, margin=policy.margin)

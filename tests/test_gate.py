@@ -126,7 +126,7 @@ def test_balanced_flip_storm_blocks_on_agreement_not_accuracy() -> None:
     assert agree.flips == 76 and abs(agree.flip_rate - 0.152) < 1e-12 and agree.significant
     assert v.verdict == "BLOCK"
     assert (
-        v.reason.startswith("arc_easy: accuracy unchanged (delta -1.6 pt, p = 0.")
+        v.reason.startswith("arc_easy: accuracy change not significant (delta -1.6 pt, p = 0.")
         and "15.2% of answers flipped" in v.reason
     )
     off = decide({"arc_easy": (["acc"], storm)}, policy=GatePolicy(agreement_gate=False))

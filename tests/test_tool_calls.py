@@ -444,7 +444,7 @@ def test_tool_calls_pair_on_llamacpp(data_dir: Path, tmp_path: Path) -> None:
 
     from evalgate.cli import main
 
-    template = files("evalgate.engines") / "templates" / "chatml_tools.jinja"
+    template = files("evalgate.engines.llamacpp") / "templates" / "chatml_tools.jinja"
     cfg = tmp_path / "evalgate.toml"
     cfg.write_text(
         "[variants.bf16]\nbase = 'bf16'\n"
