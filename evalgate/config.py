@@ -112,6 +112,15 @@ class SGLangConfig(GPUConfig):
     kv_scales_path: str | None = Field(
         None, description="FP8 KV scales JSON (kernels/fp8_kv/sglang_json.py), passed to fp8kv arms only."
     )
+    device: Literal["cpu"] | None = Field(
+        None,
+        description="'cpu': real SGLang on the CPU from `evalgate setup --sglang-cpu` (engines/sglang/_cpu.py); "
+        "None: SGLang's own choice (a GPU).",
+    )
+    cpu_threads: int = Field(1, ge=1, description="OMP_NUM_THREADS of both arms when device = 'cpu'.")
+    cpu_dir: str | None = Field(
+        None, description="Where `evalgate setup --sglang-cpu` installed (None: <cache>/sglang-cpu)."
+    )
 
 
 class VLLMConfig(GPUConfig):

@@ -34,6 +34,10 @@ def get_engine(name: str | None, cfg: EvalgateConfig) -> Engine:
     if name == "sglang":
         from evalgate.engines.sglang import SGLangEngine
 
+        if cfg.sglang.device == "cpu":  # real SGLang on the CPU: engines/sglang/_cpu.py
+            from evalgate.engines.sglang._cpu import SGLangCPUEngine
+
+            return SGLangCPUEngine(cfg.sglang)
         return SGLangEngine(cfg.sglang)
     if name == "vllm":
         from evalgate.engines.vllm import VLLMEngine

@@ -1,0 +1,136 @@
+"""SGLang on the CPU (``[sglang] device = "cpu"``): the real ``sglang.launch_server`` from the venv
+that ``evalgate setup --sglang-cpu`` makes (``_cpu_install``), serving the default model's
+Hugging Face twin (README.md, "SGLang on the CPU").
+
+Both arms get the same CPU flags and environment (``CPU_ARGS``, ``cpu_env``):
+
+- ``SGLANG_USE_CPU_ENGINE=1``: without it ``--device cpu`` is not honoured
+  (``sglang/srt/utils/common.py``, ``is_cpu``; ``sglang/srt/platforms/__init__.py``);
+- ``--attention-backend torch_native``: SGLang's own PyTorch attention, no kernel package;
+- ``--sleep-on-idle``: without it the idle scheduler keeps a core busy;
+- ``--max-total-tokens 16384``: the KV pool, which on a CPU is not sized from free GPU memory;
+- ``OMP_NUM_THREADS=1`` (``cpu_threads``): with 2 threads on a loaded 2-core machine decoding fell
+  to 1 token/s, with 1 thread it ran at 14 (measured by the issue's author, #18).
+
+What a CPU pair can differ in is the weights only. SGLang 0.5.23 refuses an FP8 KV cache on a
+CPU without AMX ("CPU FP8 KV cache requires Intel AMX support", ``mem_cache/kv_cache_configurator.py``),
+every weight-quantized linear method it has for a CPU needs the AMX kernels of the real
+sgl_kernel (``layers/quantization/auto_round.py``: "Generic x86, AMD CPU, and other non-AMX CPU
+backends are not supported"), and 0.5.23 no longer has ``--torchao-config``. So the ``int4`` arm
+of the default model serves the Q4_0 GGUF's weights dequantized to BF16 (``CPU_WEIGHTS``): the
+candidate's weights are the 4-bit ones, computed with SGLang's BF16 kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from evalgate.config import SGLangConfig
+from evalgate.engines.sglang._engine import SGLangEngine
+from evalgate.errors import ConfigError
+from evalgate.gguf import DEFAULT_MODEL, cache_dir
+from evalgate.variants import LaunchSpec, Variant
+
+__all__ = [
+    "CPU_ARGS",
+    "CPU_WEIGHTS",
+    "SGLangCPUEngine",
+    "checkpoint_dir",
+    "cpu_env",
+    "default_root",
+    "venv_python",
+]
+
+CPU_ARGS: dict[str, str | None] = {
+    "--device": "cpu",
+    "--attention-backend": "torch_native",
+    "--disable-cuda-graph": None,
+    "--sleep-on-idle": None,
+    "--max-total-tokens": "16384",
+}
+CPU_WEIGHTS = {"bf16": "F16", "int4": "Q4_0"}
+"""Weights precision -> the GGUF (``evalgate.gguf.GGUF_TYPES``) whose Hugging Face twin serves it."""
+SMOKE_GEN_CAP = 256
+"""Generated tokens per item in a smoke run, as on the llama.cpp CPU engine."""
+SETUP_FIX = "run `evalgate setup --sglang-cpu` (it makes the venv and the checkpoints)"
+
+
+def default_root() -> Path:
+    """Where ``evalgate setup --sglang-cpu`` installs: ``<evalgate cache>/sglang-cpu``."""
+    return cache_dir() / "sglang-cpu"
+
+
+def venv_python(root: Path) -> Path:
+    return root / "venv" / "bin" / "python"
+
+
+def checkpoint_dir(root: Path, weights: str) -> Path:
+    """The Hugging Face twin of the default model's GGUF for ``weights`` (``CPU_WEIGHTS``)."""
+    return root / f"{DEFAULT_MODEL}.{CPU_WEIGHTS[weights]}-hf"
+
+
+def cpu_env(config: SGLangConfig) -> dict[str, str]:
+    return {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": str(config.cpu_threads)}
+
+
+class SGLangCPUEngine(SGLangEngine):
+    """SGLangEngine with the CPU flags and environment on both arms, the setup venv's python
+    and the default model's converted checkpoints unless ``[sglang]`` names others."""
+
+    def __init__(self, config: SGLangConfig | None = None) -> None:
+        config = config or SGLangConfig(device="cpu")
+        self.root = Path(config.cpu_dir).expanduser() if config.cpu_dir else default_root()
+        self.own_model = config.model_path is None
+        update: dict[str, object] = {}
+        if config.python == SGLangConfig.model_fields["python"].default:
+            update["python"] = str(venv_python(self.root))
+        if self.own_model:
+            update["model_path"] = str(checkpoint_dir(self.root, "bf16"))
+        super().__init__(config.model_copy(update=update))
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        if variant.kv != "bf16":
+            raise ConfigError(
+                f"variant {variant.name!r} asks for an FP8 KV cache, which SGLang refuses on a CPU "
+                "without AMX ('CPU FP8 KV cache requires Intel AMX support')",
+                fix="compare weights on the CPU: --candidate int4 (README, 'SGLang on the CPU')",
+            )
+        if self.config.python == str(venv_python(self.root)) and not Path(self.config.python).exists():
+            raise ConfigError(f"SGLang's CPU venv is missing ({self.config.python})", fix=SETUP_FIX)
+        spec = super().launch_spec(variant)
+        env = {**cpu_env(self.config), **dict(spec.env)}  # a variant's own env wins (and must match)
+        return dataclasses.replace(spec, env=tuple(sorted(env.items())))
+
+    def _settings_args(self, variant: Variant) -> dict[str, str | None]:
+        return {**super()._settings_args(variant), **CPU_ARGS}
+
+    def _model(self, variant: Variant) -> str:
+        if variant.model or not self.own_model:
+            return super()._model(variant)
+        if variant.weights not in CPU_WEIGHTS:
+            raise ConfigError(
+                f"SGLang on the CPU has no {variant.weights} weights for the default model "
+                "(its quantized kernels need AMX)",
+                fix=f"use one of {', '.join(CPU_WEIGHTS)}, e.g. --candidate int4",
+            )
+        path = checkpoint_dir(self.root, variant.weights)
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{path} is missing", fix=SETUP_FIX)
+        return str(path)
+
+    def _weight_args(self, variant: Variant, model: str) -> dict[str, str | None]:
+        # the default model's int4 twin holds dequantized weights: no quantization flag to add
+        if self.own_model and not variant.model and variant.weights in CPU_WEIGHTS:
+            return {}
+        return super()._weight_args(variant, model)
+
+    def default_gen_cap(self, preset: str) -> int | None:
+        return SMOKE_GEN_CAP if preset == "smoke" else None
+
+    def request_timeout_s(self) -> float:
+        # one thread decodes ~14 tokens/s: a 256-token answer in a batch of 16 takes minutes
+        return 600.0
+
+    def gpus_for(self, arm: str) -> str | None:
+        return None  # no CUDA_VISIBLE_DEVICES: the arms run one after the other on the same cores

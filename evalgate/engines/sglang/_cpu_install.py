@@ -1,0 +1,218 @@
+"""``evalgate setup --sglang-cpu``: real SGLang on a CPU, in its own venv (README.md, "SGLang on the CPU").
+
+Five steps, each skipped when its result is already there, each printing one line:
+
+1. a venv (``<root>/venv``, root ``~/.cache/evalgate/sglang-cpu`` unless given);
+2. a lean install: the CPU build of torch and SGLang's own requirements minus the GPU-only ones
+   (``LEAN_PACKAGES``), then ``sglang==TESTED_VERSION`` with ``--no-deps`` (its metadata pins the
+   CUDA build of torch and a dozen CUDA kernel packages, several GB that a CPU never runs);
+3. the ``sgl_kernel`` stand-in (``_standin``): PyPI has no CPU build of sgl_kernel, and SGLang
+   imports a few of its names at startup even on the CPU path; the stand-in gives exactly those
+   names, and each raises if it is ever called;
+4. an import check of SGLang's server in the venv;
+5. the Hugging Face twins of the default model's GGUFs (``scripts/gguf_to_hf.py``): F16 for the
+   bf16 arm, and Q4_0 dequantized to BF16 for the int4 arm (``_cpu.CPU_WEIGHTS``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from evalgate.engines.sglang._cpu import CPU_WEIGHTS, checkpoint_dir, default_root, venv_python
+from evalgate.engines.sglang._diagnose import TESTED_VERSION
+from evalgate.engines.sglang._standin import standin_files
+from evalgate.errors import InfraError
+
+__all__ = ["LEAN_PACKAGES", "TORCH", "install_sglang_cpu"]
+
+TORCH = "torch==2.13.0"
+"""The CPU build: pip takes it from a local wheel where one is configured (find-links), else
+PyPI's 2.13.0 (a CUDA build that also runs on a CPU, only larger). SGLang 0.5.23 pins 2.14.1; it
+runs on 2.13.0 on this path (tests/test_e2e_sglang_cpu.py)."""
+
+# SGLang 0.5.23's Requires-Dist with its own pins, less what only a GPU (or audio, video,
+# Ray, gRPC, benchmarks) uses: apache-tvm-ffi, cuda-python, flash-attn-4, flashinfer_python,
+# humming-kernels, nvidia-cutlass-dsl, nvidia-mathdx, nvshmem4py, quack-kernels, sgl-deep-ep,
+# sgl-deep-gemm, sgl-flash-mla, sglang-kernel, tilelang, torch_memory_saver, torchaudio,
+# torchcodec, torchvision, timm, soundfile, av, decord2, datasets, modelscope, numba, kernels,
+# smg-grpc-servicer, outlines, llguidance, mistral_common, anthropic, py-spy, build, ninja.
+# accelerate is for scripts/gguf_to_hf.py.
+LEAN_PACKAGES = (
+    "transformers==5.19.0",
+    "tokenizers==0.23.2",
+    "sentencepiece==0.2.1",
+    "compressed-tensors==0.18.0",
+    "xgrammar==0.2.7",
+    "openai==2.8.0",
+    "openai-harmony==0.0.4",
+    "triton",
+    "einops",
+    "gguf",
+    "accelerate",
+    "fastapi",
+    "uvicorn>=0.51",
+    "uvloop",
+    "orjson",
+    "pybase64",
+    "psutil",
+    "pyzmq>=25.1.2",
+    "msgspec",
+    "pydantic",
+    "aiohttp",
+    "requests",
+    "numpy",
+    "scipy",
+    "packaging",
+    "pillow",
+    "prometheus-client>=0.20.0",
+    "python-multipart",
+    "setproctitle",
+    "partial_json_parser",
+    "interegular",
+    "watchfiles",
+    "zstandard",
+    "xxhash",
+    "tqdm",
+    "regex",
+    "python-dateutil<3",
+    "IPython",
+    "tiktoken",
+    "distro",
+    "nvidia-ml-py",
+)
+SGLANG = f"sglang=={TESTED_VERSION}"
+IMPORT_CHECK = (
+    "import sglang.launch_server, sglang.srt.entrypoints.http_server, sgl_kernel; print(sglang.__version__)"
+)
+
+Say = Callable[[str], None]
+
+
+def install_sglang_cpu(root: Path | None = None, *, say: Say = print) -> Path:
+    """Make ``root`` (default ``default_root()``) hold a venv with SGLang and the converted
+    checkpoints; idempotent. Returns the venv's python."""
+    root = (root or default_root()).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    python = venv_python(root)
+    steps: list[tuple[str, Callable[[], str]]] = [
+        ("venv", lambda: _venv(root, python)),
+        ("packages", lambda: _packages(root, python)),
+        ("sgl_kernel stand-in", lambda: _standin(python)),
+        ("import check", lambda: _import_check(python)),
+        *((f"checkpoint {w}", lambda w=w: _checkpoint(root, python, w)) for w in CPU_WEIGHTS),
+    ]
+    for n, (name, step) in enumerate(steps, 1):
+        start = time.monotonic()
+        what = step()
+        say(f"sglang-cpu [{n}/{len(steps)}] {name}: {what} ({time.monotonic() - start:.0f} s)")
+    return python
+
+
+def _run(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise InfraError(f"{what} took over {timeout:.0f} s", fix=fix) from exc
+    except OSError as exc:
+        raise InfraError(f"{what} could not start: {exc}", fix=fix) from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout)[-3000:]
+        raise InfraError(f"{what} failed (exit {proc.returncode})", fix=fix, detail=tail)
+    return proc.stdout
+
+
+def _venv(root: Path, python: Path) -> str:
+    if python.exists():
+        return f"{root / 'venv'} (kept)"
+    _run(
+        [sys.executable, "-m", "venv", str(root / "venv")],
+        "creating the SGLang venv",
+        "check that Python's venv module is installed (Debian: apt-get install python3-venv)",
+    )
+    return str(root / "venv")
+
+
+def _packages(root: Path, python: Path) -> str:
+    wanted = "\n".join((TORCH, *LEAN_PACKAGES, SGLANG)) + "\n"
+    stamp = root / "venv" / "evalgate-packages.txt"
+    if stamp.exists() and stamp.read_text() == wanted:
+        return f"{SGLANG}, {TORCH} (kept)"
+    fix = "check the network and the package index (PyPI), then run `evalgate setup --sglang-cpu` again"
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    _run([*pip, "--only-binary=:all:", TORCH, *LEAN_PACKAGES], "installing SGLang's requirements", fix)
+    _run([*pip, "--no-deps", SGLANG], f"installing {SGLANG}", fix)
+    stamp.write_text(wanted)
+    return f"{SGLANG} --no-deps, {TORCH}, {len(LEAN_PACKAGES)} requirements"
+
+
+def _standin(python: Path) -> str:
+    out = _run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        "finding the venv's site-packages",
+        "delete the venv folder and run `evalgate setup --sglang-cpu` again",
+    )
+    site = Path(out.strip().splitlines()[-1])
+    files = standin_files()
+    target = site / "sgl_kernel"
+    if target.is_dir() and {str(p.relative_to(site)): p.read_text() for p in target.rglob("*.py")} == files:
+        return f"{target} (kept)"
+    shutil.rmtree(target, ignore_errors=True)
+    for rel, text in files.items():
+        path = site / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return f"{target} ({len(files)} modules)"
+
+
+def _import_check(python: Path) -> str:
+    out = _run(
+        [str(python), "-c", IMPORT_CHECK],
+        "importing SGLang's server in its venv",
+        "a requirement is missing from evalgate/engines/sglang/_cpu_install.py LEAN_PACKAGES, or the "
+        "stand-in lacks a name SGLang imports (_standin.py); the last line below names it",
+        timeout=600,
+    )
+    version = out.strip().splitlines()[-1] if out.strip() else "?"
+    return f"sglang {version} imports"
+
+
+def gguf_to_hf_script() -> Path:
+    """``scripts/gguf_to_hf.py`` of this source checkout (evalgate is installed editable in CI)."""
+    return Path(__file__).resolve().parents[3] / "scripts" / "gguf_to_hf.py"
+
+
+def _checkpoint(root: Path, python: Path, weights: str) -> str:
+    from evalgate.engines.llamacpp import find_binary
+    from evalgate.gguf import derived_gguf, file_sha256
+
+    gguf = derived_gguf(weights, find_binary("llama-quantize"))
+    out = checkpoint_dir(root, weights)
+    source = {"gguf": gguf.name, "sha256": file_sha256(gguf)}
+    stamp = out / "evalgate-source.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == source:
+        return f"{out} (kept)"
+    script = gguf_to_hf_script()
+    if not script.is_file():
+        raise InfraError(
+            f"{script} is missing, so the GGUF cannot be converted for SGLang",
+            fix="run `evalgate setup --sglang-cpu` from a source checkout (pip install -e .)",
+        )
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _run(
+        [str(python), str(script), str(gguf), str(tmp), "--dtype", "bfloat16"],
+        f"converting {gguf.name} to a Hugging Face checkpoint",
+        "see the script's message above; `python scripts/gguf_to_hf.py --help`",
+    )
+    (tmp / "evalgate-source.json").write_text(json.dumps(source, indent=2) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()[:16]
+    return f"{out} from {gguf.name} (model.safetensors sha256 {digest})"
