@@ -2,12 +2,15 @@
 
 ``--parsers`` also installs the pinned SGLang without its dependencies (it imports on a CPU),
 so the tests parse every SGLang command evalgate builds with SGLang's own argument parser.
+``--sglang-cpu`` makes a venv with real SGLang for the CPU and the default model's Hugging Face
+twins (``evalgate/engines/sglang/_cpu_install.py``; README, "SGLang on the CPU").
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from evalgate.engines.llamacpp import binary_version, find_binary
 from evalgate.engines.sglang import TESTED_VERSION, install_parsers
@@ -25,6 +28,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help=f"also install SGLang {TESTED_VERSION} without dependencies into the cache, for the "
         "tests that parse evalgate's SGLang commands with SGLang's own parser",
     )
+    p.add_argument(
+        "--sglang-cpu",
+        action="store_true",
+        help=f"also make a venv with SGLang {TESTED_VERSION} for the CPU (the CPU build of torch, an "
+        "import-only sgl_kernel stand-in) and the default model as Hugging Face checkpoints, for "
+        "[sglang] device = 'cpu'",
+    )
+    p.add_argument(
+        "--sglang-cpu-dir",
+        type=Path,
+        default=None,
+        help="where --sglang-cpu installs (default: <evalgate cache>/sglang-cpu; elsewhere, set "
+        "[sglang] cpu_dir to it)",
+    )
     p.set_defaults(func=run)
 
 
@@ -39,4 +56,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"sglang parser {install_parsers()}")
         except InfraError as exc:  # optional: the tests fall back to the recorded option list
             print(f"warning: {exc.render()}", file=sys.stderr)
+    if args.sglang_cpu:
+        from evalgate.engines.sglang._cpu_install import install_sglang_cpu
+
+        try:
+            python = install_sglang_cpu(args.sglang_cpu_dir, say=lambda line: print(line, flush=True))
+        except InfraError as exc:
+            print(exc.render(), file=sys.stderr)
+            return exc.exit_code
+        print(f"sglang-cpu ready: {python}")
     return 0
