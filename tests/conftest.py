@@ -41,6 +41,19 @@ def _isolate(tmp_path: Path, _hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.delenv(var, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _quiet_host(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests see a quiet machine: the CPU engine's ``wait_policy = "auto"`` would otherwise
+    sleep 1 s sampling /proc/stat and launch flags would depend on what else CI runs. The e2e
+    tests keep the real measurement (tests/test_host_load.py tests it on its own)."""
+    if request.node.get_closest_marker("e2e"):
+        return
+    from evalgate.engines.llamacpp import _host
+
+    quiet = _host.HostLoad(cpus=2, busy_cores=0.0, sample_s=0.0, wait_policy="default", reason="test: quiet")
+    monkeypatch.setattr("evalgate.engines.llamacpp._engine.choose_wait_policy", lambda **_: quiet)
+
+
 def have_llama_server() -> bool:
     try:
         from evalgate.engines.llamacpp import find_binary
