@@ -5,8 +5,11 @@ answers at an unchanged accuracy. The agreement gate tests the flip count agains
 with an exact one-sided binomial test, in the same Holm family as the accuracy rows.
 
 Default budget (a product decision, documented in the README): 5 % of items may flip without
-an A/A run. With ``--aa`` the budget is the measured A/A flip rate plus 3 points, so a noisy
-(nondeterministic) server is not blocked for its own noise.
+an A/A run; that budget counts the server's own nondeterminism as change, and a BLOCK says so.
+With ``--aa`` the test is paired: the candidate's flips against the A/A arm's on the same items,
+blocking only when the excess is significantly above 3 points, so a noisy (nondeterministic)
+server is not blocked for its own noise and the A/A rate's own error is accounted for. Under the
+regression policy only regressions (baseline right, candidate wrong) count.
 
 Unanswered items: a generation suite's records say whether each completion came back empty or
 cut at its token cap (``finish_reason`` "length"); with ``--errors-as-wrong`` an item that failed
@@ -32,10 +35,12 @@ from evalgate.stats import DEFAULT_FLIP_BUDGET
 __all__ = [
     "DEFAULT_AA_MARGIN",
     "DEFAULT_FLIP_BUDGET",
+    "NOISE_HINT",
     "AgreementRow",
     "UnansweredTest",
     "agreement_reason",
     "agreement_row",
+    "changed",
     "flip_count",
     "unanswered",
     "unanswered_test",
@@ -86,6 +91,17 @@ class AgreementRow:
     unanswered: UnansweredTest | None = None
     """Generation suites (every suite with --errors-as-wrong): unanswered items per arm and their
     test; None otherwise (such a row is written without the key)."""
+    counts: str = "flips"
+    """What counts against the budget: flips (the value changed, either way) or regressions (the
+    candidate's value is lower: the regression policy, which never blocks an improvement)."""
+    test: str = "binomial"
+    """binomial (exact, one-sided, against ``budget``) or paired excess over A/A (--aa: the
+    candidate's flips against the A/A arm's on the same items, H1: more by over the margin)."""
+    aa_excess: float | None = None
+    """--aa: the candidate's flip rate minus the A/A arm's, on the same items."""
+    nonfinite: int = 0
+    """Multiple-choice items with a non-finite choice log-likelihood on an arm: left out of
+    ``kl_mean``; in ``top1_agree`` they agree only when both arms' values are identical."""
 
 
 def unanswered(record: Record) -> bool | None:
@@ -119,15 +135,34 @@ def unanswered_test(pairs: Sequence[Pair], *, errors_as_wrong: bool = False) -> 
     )
 
 
+NOISE_HINT = (
+    "the budget counts the server's own nondeterminism (batching, scheduling) as change too: "
+    "--aa measures it and tests only the excess over it, --deterministic removes it (llama.cpp)"
+)
+
+
 def agreement_reason(a: AgreementRow) -> str:
-    """The row's reason: its flips against the budget, and its unanswered items if it has the test."""
-    aa = f", A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else ""
-    where = f"{a.flip_rate:.1%} of answers flipped ({a.flips}/{a.n}{aa}), budget {a.budget:.1%} ({a.budget_source})"
+    """The row's reason: its flips against the budget (or the A/A arm's), and its unanswered items
+    if it has the test; a BLOCK without --aa says the budget includes the server's own noise."""
+    what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
+    if a.aa_excess is not None and a.aa_flip_rate is not None:
+        where = (
+            f"{a.flip_rate:.1%} {what} ({a.flips}/{a.n}) against {a.aa_flip_rate:.1%} in the A/A pair on the "
+            f"same items: excess {a.aa_excess * 100:+.1f} pt, allowed {(a.budget - a.aa_flip_rate) * 100:.1f} pt "
+            f"({a.budget_source}, {a.test})"
+        )
+    else:
+        aa = f", A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else ""
+        where = f"{a.flip_rate:.1%} {what} ({a.flips}/{a.n}{aa}), budget {a.budget:.1%} ({a.budget_source})"
     if a.significant:
-        text = f"{where}: more than the budget, p = {a.p_value:.3g}, adjusted {a.p_adjusted:.3g}"
+        text = f"{where}: more than allowed, p = {a.p_value:.3g}, adjusted {a.p_adjusted:.3g}"
+        if a.aa_excess is None:
+            text += f"; {NOISE_HINT}"
     else:
         text = f"{where}, p = {a.p_value:.3g}"
     u = a.unanswered
+    if a.nonfinite:
+        text += f"; {a.nonfinite} item(s) with non-finite choice log-likelihoods (not in KL; top-1 only if identical)"
     if u is None:
         return text
     text += (
@@ -140,11 +175,15 @@ def agreement_reason(a: AgreementRow) -> str:
     return text + ")"
 
 
-def flip_count(pairs: Sequence[Pair], metric: str) -> int:
-    return sum(
-        (p.baseline.metrics.get(metric, 0.0) >= 0.5) != (p.candidate.metrics.get(metric, 0.0) >= 0.5)
-        for p in pairs
-    )
+def changed(pair: Pair, metric: str, counts: str = "flips") -> bool:
+    """Whether an item counts against the budget: its primary-metric value differs between the
+    arms ("flips"), or the candidate's is lower ("regressions", the regression policy)."""
+    b, c = pair.baseline.metrics.get(metric, 0.0), pair.candidate.metrics.get(metric, 0.0)
+    return c < b if counts == "regressions" else c != b
+
+
+def flip_count(pairs: Sequence[Pair], metric: str, counts: str = "flips") -> int:
+    return sum(changed(p, metric, counts) for p in pairs)
 
 
 def agreement_row(
@@ -154,24 +193,49 @@ def agreement_row(
     *,
     budget: float,
     budget_source: str,
-    aa_flip_rate: float | None,
+    aa_flip_rate: float | None = None,
     errors_as_wrong: bool = False,
+    counts: str = "flips",
+    aa_pairs: Sequence[Pair] | None = None,
+    aa_margin: float | None = None,
 ) -> AgreementRow:
-    """Flip-rate test plus the descriptive agreement measures the suite's records allow."""
+    """The flip-rate test plus the descriptive agreement measures the suite's records allow.
+
+    With ``aa_pairs`` and ``aa_margin`` (``--aa`` without ``--flip-budget``) the test is paired:
+    the candidate's flip indicator against the A/A arm's on the same items, H1: the candidate
+    flips more than the A/A arm by more than the margin (``stats.excess_test``), so the noise
+    estimate's own uncertainty is in the test. Otherwise: exact binomial against ``budget``.
+    """
     n = len(pairs)
-    flips = flip_count(pairs, metric)
-    test = stats.flip_budget_test(flips, n, budget=budget) if n else None
+    hit = {(p.item_id, p.repeat): changed(p, metric, counts) for p in pairs}
+    flips = sum(hit.values())
     row = AgreementRow(
         suite=suite, metric=metric, n=n, flips=flips, flip_rate=flips / n if n else 0.0, budget=budget,
-        budget_source=budget_source, p_value=float(test.pvalue) if test else 1.0, aa_flip_rate=aa_flip_rate,
+        budget_source=budget_source, p_value=1.0, aa_flip_rate=aa_flip_rate, counts=counts,
     )  # fmt: skip
+    if aa_pairs is not None and aa_margin is not None:
+        aa_hit = {(p.item_id, p.repeat): changed(p, metric, counts) for p in aa_pairs}
+        both = sorted(hit.keys() & aa_hit.keys())
+        only_c = sum(hit[k] and not aa_hit[k] for k in both)
+        only_a = sum(aa_hit[k] and not hit[k] for k in both)
+        excess = stats.excess_test(only_c, only_a, len(both), margin=aa_margin)
+        row.aa_flip_rate = sum(aa_hit[k] for k in both) / len(both) if both else 0.0
+        row.budget = min(1.0, row.aa_flip_rate + aa_margin)
+        row.aa_excess = excess.estimate if both else None
+        row.p_value, row.test = excess.pvalue, f"paired excess over A/A ({excess.method})"
+    elif n:
+        row.p_value = float(stats.flip_budget_test(flips, n, budget=budget).pvalue)
     kls, top1, text, extracted = [], [], [], []
     for p in pairs:
         b, c = p.baseline.response, p.candidate.response
-        if _choice_logliks(b) and _choice_logliks(c) and len(b) == len(c):
-            lb, lc = _choice_logliks(b), _choice_logliks(c)
-            kls.append(stats.choice_kl(lb, lc))
-            top1.append(stats.top1_agree(lb, lc))
+        lb, lc = _choice_logliks(b), _choice_logliks(c)
+        if lb is not None and lc is not None and len(lb) == len(lc):
+            if all(math.isfinite(v) for v in lb + lc):
+                kls.append(stats.choice_kl(lb, lc))
+                top1.append(stats.top1_agree(lb, lc))
+            else:  # counted and shown, never silently dropped: such an item agrees only if identical
+                row.nonfinite += 1
+                top1.append([repr(v) for v in lb] == [repr(v) for v in lc])
         elif isinstance(b, str) and isinstance(c, str):
             text.append(b == c)
         if p.baseline.extracted is not None and p.candidate.extracted is not None:
@@ -185,10 +249,12 @@ def agreement_row(
 
 
 def _choice_logliks(response: Any) -> list[float] | None:
-    """Per-choice logliks from a multiple-choice record (``[[loglik, greedy], ...]``)."""
+    """Per-choice logliks from a multiple-choice record (``[[loglik, greedy], ...]``), finite or not."""
     if isinstance(response, list) and response and all(isinstance(x, list) and len(x) == 2 for x in response):
-        values = [float(x[0]) for x in response]
-        return values if all(math.isfinite(v) for v in values) else None
+        try:
+            return [float(x[0]) for x in response]
+        except (TypeError, ValueError):
+            return None
     return None
 
 

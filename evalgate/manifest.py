@@ -123,6 +123,11 @@ class SuiteInfo(_Part):
     version: int
     metrics: list[str] = Field(description="Metric names, the primary (gated) one first.")
     kind: str = Field(description="loglikelihood, generate or chat.")
+    metric_kind: Literal["binary", "continuous"] = Field(
+        "binary",
+        description="binary: every metric 0 or 1 per item (McNemar); continuous: a graded metric such as "
+        "F1 (paired sign-flip test, bootstrap interval).",
+    )
     private: bool = False
     source: str = Field("", description="Where the items came from, and the suite's settings.")
     n: int = Field(description="Items per arm.")

@@ -123,6 +123,7 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         policy=policy,
         aa_pairs=run.aa_pairs if "aa" in run.arm_names else None,
         sequential=run.sequential or None,
+        kinds={s: meta.metric_kind for s, meta in m.suites.items()},
     )
     if run.sequential:
         verdict.notes.append(summary_note(run.sequential))

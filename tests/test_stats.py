@@ -61,6 +61,8 @@ def _enumerated_pvalues(n10: int, n01: int, alternative: str) -> tuple[float, fl
     if alternative == "two-sided":
         dist, obs = np.abs(x - nd / 2), abs(n10 - nd / 2)
         more, same = pmf[dist > obs + 1e-9].sum(), pmf[np.abs(dist - obs) <= 1e-9].sum()
+        k = min(n10, n01)  # Fagerland et al. (2013): mid-p = 2 P(X <= k) - P(X = k), 1 at a tie
+        return min(1.0, more + same), min(1.0, 2 * pmf[x <= k].sum() - pmf[k])
     elif alternative == "less":  # candidate regressed: n10 large
         more, same = pmf[x > n10].sum(), pmf[n10]
     else:
@@ -105,8 +107,9 @@ def test_mcnemar_edge_cases() -> None:
     assert mcnemar(25, 0).pvalue_exact == pytest.approx(2.0**-24)
     assert mcnemar(25, 0).pvalue == pytest.approx(2.0**-25)
     assert mcnemar(25, 0, alternative="greater").pvalue_exact == 1.0
-    # Tie: every other outcome is more extreme, so mid-p = 1 - P(X = 1)/2 = 0.75 (Fagerland 2013).
-    assert mcnemar(1, 1).pvalue == pytest.approx(0.75)
+    # Tie: mid-p = 2 P(X <= k) - P(X = k) = 1 exactly (Fagerland, Lydersen & Laake 2013).
+    for k in (1, 2, 7, 150):
+        assert mcnemar(k, k).pvalue == 1.0 == mcnemar(k, k).pvalue_exact
 
 
 @pytest.mark.parametrize(
@@ -572,6 +575,58 @@ def test_agreement_invalid(x: list, y: list) -> None:
     for fn in (choice_kl, top1_agree):
         with pytest.raises(ValueError, match="logliks must"):
             fn(x, y)
+
+
+# ----------------------------------------------------------------------------- margins, planning
+
+
+def test_required_n_inverts_mde() -> None:
+    for d, f, alt in [(0.02, 0.05, "two-sided"), (0.03, 0.15, "less"), (0.1, 0.0, "two-sided")]:
+        n = stats.required_n(d, f, alpha=0.05 / 12, alternative=alt)
+        assert (
+            mde(n, f, alpha=0.05 / 12, alternative=alt) <= d < mde(n - 1, f, alpha=0.05 / 12, alternative=alt)
+        )
+    # Connor's n for delta 2 pt at a 5 % flip rate, alpha 0.05 two-sided: (1.96 sqrt(.05) + .8416 sqrt(.0496))^2 / .02^2
+    assert stats.required_n(0.02, 0.05) == math.ceil(
+        (1.959964 * 0.05**0.5 + 0.841621 * 0.0496**0.5) ** 2 / 0.0004
+    )
+
+
+def test_tango_score_inverts_the_interval() -> None:
+    ci = paired_diff_ci(40, 12, 3, 45, confidence=0.9)
+    z = st.norm.ppf(0.95)
+    assert float(stats.tango_score(ci.low, 12, 3, 100)) == pytest.approx(z, abs=1e-6)
+    assert float(stats.tango_score(ci.high, 12, 3, 100)) == pytest.approx(-z, abs=1e-6)
+
+
+def test_excess_test_known_values_and_level() -> None:
+    # x alone 300, y alone 200 of 5000: estimate 2 pt against a 3 pt margin; above 400 such items, the score test
+    big = stats.excess_test(300, 200, 5000, margin=0.03)
+    assert big.method == "score" and big.estimate == 0.02
+    assert big.pvalue == pytest.approx(st.norm.sf(float(stats.tango_score(0.03, 200, 300, 5000))))
+    # with no y-only items and y's rate pinned at 0, the exact p is at least the binomial tail
+    small = stats.excess_test(5, 0, 50, margin=0.03)
+    assert small.method == "exact" and small.pvalue >= st.binom.sf(4, 50, 0.03)
+    assert stats.excess_test(0, 0, 50, margin=0.03).pvalue == 1.0
+    with pytest.raises(ValueError, match="cannot exceed"):
+        stats.excess_test(30, 30, 50, margin=0.03)
+    # level at the boundary (x's rate = y's rate + margin), 50 and 300 items, independent indicators
+    rng = np.random.default_rng(19)
+    for n, q in ((50, 0.0), (50, 0.05), (300, 0.1)):
+        x = rng.random((400, n)) < q + 0.03
+        y = rng.random((400, n)) < q
+        p = [
+            stats.excess_test(int((a & ~b).sum()), int((b & ~a).sum()), n, margin=0.03).pvalue
+            for a, b in zip(x, y, strict=True)
+        ]
+        assert np.mean(np.array(p) < 0.05) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 400)
+
+
+def test_mde_mean_closed_form() -> None:
+    assert stats.mde_mean(100, 0.2) == pytest.approx((st.norm.ppf(0.975) + st.norm.ppf(0.8)) * 0.02)
+    assert stats.mde_mean(0, 0.2) == math.inf
+    with pytest.raises(ValueError, match="sd must be"):
+        stats.mde_mean(10, float("nan"))
 
 
 def test_public_api() -> None:

@@ -28,8 +28,15 @@ from evalgate.stats._evalues import (
     sequential_test,
 )
 from evalgate.stats._intervals import DiffCI, paired_diff_ci
-from evalgate.stats._paired import McNemarResult, holm, mcnemar, mde
-from evalgate.stats._resampling import BootstrapResult, PermutationResult, paired_bootstrap, sign_flip_test
+from evalgate.stats._margin import EXACT_LIMIT, ExcessTestResult, excess_test, tango_score
+from evalgate.stats._paired import McNemarResult, holm, mcnemar, mde, required_n
+from evalgate.stats._resampling import (
+    BootstrapResult,
+    PermutationResult,
+    mde_mean,
+    paired_bootstrap,
+    sign_flip_test,
+)
 from evalgate.stats._seeds import stable_seed
 from evalgate.stats.sequential import (
     SequentialOutcome,
@@ -42,25 +49,30 @@ from evalgate.stats.sequential import (
 
 __all__ = [
     "DEFAULT_FLIP_BUDGET",
+    "EXACT_LIMIT",
     "BinomTestResult",
     "BootstrapResult",
     "DiffCI",
+    "ExcessTestResult",
     "McNemarResult",
     "PermutationResult",
     "SequentialOutcome",
     "SequentialResult",
     "SequentialRule",
     "choice_kl",
+    "excess_test",
     "flip_budget_test",
     "flip_evalue",
     "flip_futile",
     "holm",
     "mcnemar",
     "mde",
+    "mde_mean",
     "paired_bootstrap",
     "paired_diff_ci",
     "replay",
     "replay_stream",
+    "required_n",
     "rule_for",
     "sequential_evalue",
     "sequential_futile",
@@ -68,5 +80,6 @@ __all__ = [
     "shuffled",
     "sign_flip_test",
     "stable_seed",
+    "tango_score",
     "top1_agree",
 ]

@@ -10,6 +10,7 @@ from scipy import optimize
 from scipy import stats as _st
 
 from evalgate.stats import _checks as check
+from evalgate.stats._margin import tango_score
 
 __all__ = ["DiffCI", "paired_diff_ci"]
 
@@ -67,10 +68,7 @@ def _wilson(x: int, n: int, z: float) -> tuple[float, float]:
 
 def _tango_score(d: float, b: int, c: int, n: int) -> float:
     """Tango's score statistic at delta = d, with b = n01 and c = n10 (decreasing in d)."""
-    w = -b - c + (2 * n - b + c) * d
-    q21 = (math.sqrt(max(w * w + 8 * n * c * d * (1 - d), 0.0)) - w) / (4 * n)
-    var = n * (2 * q21 + d * (1 - d))
-    return (b - c - n * d) / math.sqrt(max(var, 1e-300))
+    return float(tango_score(d, c, b, n))
 
 
 def _tango(n10: int, n01: int, n: int, z: float) -> tuple[float, float]:

@@ -13,7 +13,7 @@ from scipy import stats as _st
 from evalgate.stats import _checks as check
 from evalgate.stats._checks import Alternative
 
-__all__ = ["McNemarResult", "holm", "mcnemar", "mde"]
+__all__ = ["McNemarResult", "holm", "mcnemar", "mde", "required_n"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ def mcnemar(
     elif alternative == "greater":  # P(X <= n10)
         exact = float(_st.binom.cdf(n10, nd, 0.5))
         midp = exact - 0.5 * point
-    elif n10 == n01:  # every other outcome is more extreme
-        exact, midp = 1.0, 1.0 - 0.5 * point
+    elif n10 == n01:  # Fagerland et al. (2013): mid-p = 2 P(X <= k) - P(X = k), exactly 1 at a tie
+        exact = midp = 1.0
     else:
         exact = min(1.0, 2.0 * float(_st.binom.cdf(min(n10, n01), nd, 0.5)))
         midp = exact - point  # half of the observed point, in each of the two tails
@@ -98,11 +98,29 @@ def mde(
     two_sided = check.alternative(alternative) == "two-sided"
     z_a = float(_st.norm.ppf(1 - (alpha / 2 if two_sided else alpha)))
     z_b = float(_st.norm.ppf(power))
-
-    def required_n(d: float) -> float:
-        psi = max(flip_rate, d)
-        return (z_a * math.sqrt(psi) + z_b * math.sqrt(max(psi - d * d, 0.0))) ** 2 / (d * d)
-
-    if n < required_n(1.0):
+    if n < _connor_n(1.0, flip_rate, z_a, z_b):
         return math.inf
-    return float(optimize.brentq(lambda d: required_n(d) - n, 1e-9, 1.0, xtol=1e-12))
+    return float(optimize.brentq(lambda d: _connor_n(d, flip_rate, z_a, z_b) - n, 1e-9, 1.0, xtol=1e-12))
+
+
+def _connor_n(d: float, flip_rate: float, z_a: float, z_b: float) -> float:
+    psi = max(flip_rate, d)
+    return (z_a * math.sqrt(psi) + z_b * math.sqrt(max(psi - d * d, 0.0))) ** 2 / (d * d)
+
+
+def required_n(
+    delta: float,
+    flip_rate: float,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    alternative: Alternative = "two-sided",
+) -> int:
+    """Items McNemar needs to detect |delta| with ``power`` at ``alpha``: Connor's n, the inverse
+    of ``mde`` (``mde(required_n(d, f), f) <= d``), for planning a run before it starts."""
+    delta = check.prob("delta", delta, open_high=False)
+    flip_rate = check.prob("flip_rate", flip_rate, open_low=False, open_high=False)
+    alpha, power = check.prob("alpha", alpha), check.prob("power", power)
+    two_sided = check.alternative(alternative) == "two-sided"
+    z_a = float(_st.norm.ppf(1 - (alpha / 2 if two_sided else alpha)))
+    return max(1, math.ceil(_connor_n(delta, flip_rate, z_a, float(_st.norm.ppf(power))) - 1e-9))

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats as _st
 
 from evalgate.stats import _checks as check
 from evalgate.stats._checks import Alternative
 
-__all__ = ["BootstrapResult", "PermutationResult", "paired_bootstrap", "sign_flip_test"]
+__all__ = ["BootstrapResult", "PermutationResult", "mde_mean", "paired_bootstrap", "sign_flip_test"]
 
 _CHUNK_ELEMENTS = 4_000_000  # bound on resampling matrices so 10k items x 10k resamples fits in memory
 
@@ -85,3 +87,19 @@ def sign_flip_test(
         else:
             hits += int((perm <= stat + tol).sum())
     return PermutationResult(stat, (hits + 1) / (n_resamples + 1), alternative)
+
+
+def mde_mean(
+    n: int, sd: float, *, alpha: float = 0.05, power: float = 0.8, alternative: Alternative = "two-sided"
+) -> float:
+    """Smallest |mean(b - a)| a test of the mean difference detects with ``power``: the normal
+    approximation (z_a + z_b) sd / sqrt(n), ``sd`` the per-item differences' standard deviation."""
+    n = check.count("n", n)
+    alpha, power = check.prob("alpha", alpha), check.prob("power", power)
+    if not (math.isfinite(sd) and sd >= 0):
+        raise ValueError(f"sd must be finite and >= 0, got {sd!r}")
+    if n == 0:
+        return math.inf
+    two_sided = check.alternative(alternative) == "two-sided"
+    z_a = float(_st.norm.ppf(1 - (alpha / 2 if two_sided else alpha)))
+    return (z_a + float(_st.norm.ppf(power))) * float(sd) / math.sqrt(n)

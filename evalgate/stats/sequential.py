@@ -146,8 +146,9 @@ def replay_stream(
     """The sequential rule on per-item codes (1 regression, 0 improvement, -1 same) seen so far.
 
     ``alpha`` is each test's share of the family-wise rate. ``one_sided`` (the regression
-    policy) counts the accuracy e-value only while regressions outnumber improvements. With
-    ``flip_budget`` the agreement gate runs as its own e-value on the flip count. A look happens
+    policy) counts the accuracy e-value only while regressions outnumber improvements, and the
+    flip e-value only on regressions. With ``flip_budget`` the agreement gate runs as its own
+    e-value on the flip count. A look happens
     after every full chunk (and after the last, shorter one). A suite stops with BLOCK when
     either e-value reaches 1/alpha, and as futile when neither can any more.
     """
@@ -171,8 +172,8 @@ def replay_stream(
         e = sequential_evalue(r, s)
         if not one_sided or r > s:
             e_max = max(e_max, e)
-        if flip_budget is not None:
-            f_max = max(f_max, flip_evalue(r + s, end, budget=flip_budget))
+        if flip_budget is not None:  # the regression policy counts only regressions, as the fixed-n gate does
+            f_max = max(f_max, flip_evalue(r if one_sided else r + s, end, budget=flip_budget))
         if e_max >= threshold or f_max >= threshold:
             return outcome("block", end, "accuracy" if e_max >= threshold else "agreement")
         if end < n_total and sequential_futile(r, s, items_seen=end, items_total=n_total, alpha=alpha):
@@ -188,6 +189,11 @@ def outcomes(run: Any, rule: SequentialRule) -> dict[str, SequentialOutcome]:
     ``evalgate.gate.sequential_rule``, from the same manifest)."""
     out = {}
     for suite, meta in run.manifest.suites.items():
+        if getattr(meta, "metric_kind", "binary") != "binary":
+            raise ConfigError(
+                f"--sequential needs a metric that is 0 or 1 per item; {suite}'s is graded",
+                fix="run this suite without --sequential",
+            )
         by_id = {p.item_id: p for p in run.pairs[suite] if p.repeat == 0}
         out[suite] = replay(meta.item_ids, by_id, metric=meta.metrics[0], rule=rule)
     return out

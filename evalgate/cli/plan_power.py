@@ -1,0 +1,124 @@
+"""``evalgate plan-power``: how many items each suite needs before a run, at the gate's real level."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from evalgate.errors import ConfigError
+from evalgate.gate import POLICIES, parse_margin
+from evalgate.gate._power import plan_power
+from evalgate.request import DEFAULT_SUITES
+from evalgate.suites import SuiteOptions, default_registry
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "plan-power", help="items per suite for 80 %% power at the level the gate tests at (before a run)"
+    )
+    p.add_argument("--suites", default=",".join(DEFAULT_SUITES), help="comma-separated suites")
+    p.add_argument(
+        "--mde", required=True, help="the change to detect (non-inferiority: the margin): 2pt or 0.02"
+    )
+    p.add_argument(
+        "--flip-rate", type=float, default=None, help="share of items whose answer changes (default 0.05)"
+    )
+    p.add_argument("--from", dest="run_dir", type=Path, help="take each suite's flip rate from a run's verdict.json "
+                   "(its A/A rows when it ran with --aa)")  # fmt: skip
+    p.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate")
+    p.add_argument("--power", type=float, default=0.8)
+    p.add_argument("--policy", choices=POLICIES, default="difference")
+    p.add_argument("--no-agreement-gate", dest="agreement_gate", action="store_false")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        help="local copy of the benchmark data, for each suite's size (never downloaded here)",
+    )
+    p.set_defaults(func=run)
+
+
+def _rates(run_dir: Path | None, names: list[str], default: float | None) -> dict[str, tuple[float, str]]:
+    if run_dir is None:
+        rate = 0.05 if default is None else default
+        return {
+            s: (rate, "--flip-rate" if default is not None else "default 5 %, the flip budget") for s in names
+        }
+    path = Path(run_dir) / "verdict.json"
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist", fix="--from takes a run folder that has a verdict.json")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    aa = {r["suite"]: r["flips"] for r in doc.get("aa") or [] if r.get("primary")}
+    cand = {r["suite"]: r["flips"] for r in doc.get("suites", []) if r.get("primary")}
+    out = {}
+    for s in names:
+        if s in aa:
+            out[s] = (float(aa[s]), f"A/A of {run_dir.name}")
+        elif s in cand:
+            out[s] = (float(cand[s]), f"candidate of {run_dir.name} (no A/A)")
+        else:
+            out[s] = (0.05 if default is None else default, "not in that run: default")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    mde, relative = parse_margin(args.mde)
+    if relative:
+        raise ConfigError(
+            f"--mde {args.mde}: a relative change has no fixed item count", fix="use 2pt or 0.02"
+        )
+    if not 0 < args.alpha < 1 or not 0 < args.power < 1:
+        raise ConfigError("--alpha and --power must be between 0 and 1", fix="e.g. --alpha 0.05 --power 0.8")
+    if args.flip_rate is not None and not 0 <= args.flip_rate <= 1:
+        raise ConfigError(f"--flip-rate {args.flip_rate} is not a rate", fix="e.g. --flip-rate 0.05")
+    reg, options = default_registry(), SuiteOptions(data_dir=args.data_dir)
+    names = [s.strip() for s in args.suites.split(",") if s.strip()]
+    suites: dict[str, tuple[str, int | None]] = {}
+    for name in names:
+        suite = reg.get(name)
+        size: int | None = None
+        if args.data_dir is not None:  # never the Hub: planning needs no download
+            try:
+                size = suite.size(options)
+            except Exception:  # no data at hand: the plan still says how many items are needed
+                size = None
+        suites[name] = (suite.kind, size)
+    tests, rows = plan_power(
+        suites, mde=mde, flip_rates=_rates(args.run_dir, names, args.flip_rate), alpha=args.alpha,
+        power=args.power, policy=args.policy, agreement_gate=args.agreement_gate,
+    )  # fmt: skip
+    console = Console(width=None if Console().is_terminal else 140)
+    level = rows[0].level if rows else args.alpha
+    sided = "two-sided" if args.policy == "difference" else "one-sided"
+    if args.policy == "non-inferiority":
+        console.print(
+            f"non-inferiority at margin {mde * 100:g} pt: each suite on its own at one-sided alpha {level:g}"
+        )
+    else:
+        console.print(
+            f"{tests} tests in the Holm family: each suite's test must reach alpha {args.alpha:g}/{tests} = "
+            f"{level:.2g} ({sided}) at Holm's first step, for {args.power:.0%} power at {mde * 100:g} pt"
+        )
+    table = Table()
+    for col in (
+        "suite",
+        "flip rate",
+        "items needed",
+        "items in suite",
+        "whole suite detects",
+        "flip rate from",
+    ):
+        table.add_column(col)
+    for r in rows:
+        have = "unknown (--data-dir)" if r.available is None else str(r.available)
+        if r.available is not None and r.available < r.needed:
+            have += " (too few)"
+        detects = "-" if r.mde_available is None else f"{r.mde_available * 100:.1f} pt"
+        table.add_row(r.suite, f"{r.flip_rate:.1%}", str(r.needed), have, detects, r.flip_source)
+    console.print(table)
+    return 0

@@ -1,0 +1,195 @@
+"""Policy to verdict: checked metrics -> paired rows -> the Holm family -> PASS / BLOCK / ERROR.
+
+What is tested at which level:
+
+- difference / regression: each suite's primary row (McNemar mid-p, or the sign-flip test for a
+  graded metric), each agreement row and each unanswered test form one Holm family at ``alpha``.
+  A row's MDE is computed at alpha over the family's size, the level Holm's first step demands,
+  so an UNDERPOWERED flag reflects the power the gate really has.
+- non-inferiority: PASS needs every suite non-inferior, an intersection-union test, so each
+  primary row is tested on its own at one-sided alpha (its 1 - 2 alpha interval's lower bound
+  against -margin) with no multiplicity correction; only the agreement tests, which can block
+  on their own, share a Holm family.
+
+Only each suite's primary metric can block; the other metrics are reported with their own
+(unadjusted) p-values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from evalgate import stats
+from evalgate.agreement import (
+    DEFAULT_FLIP_BUDGET,
+    AgreementRow,
+    UnansweredTest,
+    agreement_reason,
+    agreement_row,
+)
+from evalgate.gate._model import Row, Verdict
+from evalgate.gate._policy import GatePolicy
+from evalgate.gate._reasons import row_status, verdict_from
+from evalgate.gate._rows import check_suite, error_row, metric_row
+from evalgate.records import Pair
+
+__all__ = ["decide"]
+
+PerSuite = Mapping[str, tuple[Sequence[str], Sequence[Pair]]]
+
+
+def decide(
+    per_suite: PerSuite,
+    *,
+    policy: GatePolicy,
+    aa_pairs: Mapping[str, Sequence[Pair]] | None = None,
+    sequential: Mapping[str, Any] | None = None,
+    kinds: Mapping[str, str] | None = None,
+) -> Verdict:
+    """``per_suite``: suite -> (metrics with the primary first, its pairs); ``aa_pairs``: suite ->
+    baseline-vs-baseline pairs from ``--aa``; ``sequential``: suite -> SequentialOutcome, whose
+    always-valid p-value replaces McNemar's for the primary row (McNemar's p is not valid after
+    looking at the data every chunk); ``kinds``: suite -> its declared metric kind (binary by
+    default). ERROR (exit 3) when there is nothing to judge: no suites, a suite without paired
+    items, a primary metric missing or non-finite on any item, an arm that failed every item."""
+    if not per_suite:
+        return Verdict("ERROR", policy.alpha, policy.policy, "no suites to compare: the family is empty")
+    kind = {s: (kinds or {}).get(s, "binary") for s in per_suite}
+    problems = _problems(per_suite, aa_pairs, kind)
+    good = [s for s in per_suite if s not in problems]
+    aa = _aa_rows(per_suite, good, aa_pairs, kind, policy) if aa_pairs is not None else None
+    agreement = _agreement(per_suite, good, aa_pairs, policy) if policy.agreement_gate else []
+    for a in agreement:
+        if sequential and a.suite in sequential:  # the fixed-n binomial is not valid there
+            a.p_value = float(sequential[a.suite].flip_pvalue)
+    ni = policy.policy == "non-inferiority"
+    unanswered = [a.unanswered for a in agreement if a.unanswered is not None]
+    tests = (0 if ni else len(good)) + len(agreement) + len(unanswered)
+    rows = _rows(per_suite, problems, kind, policy, level=policy.alpha / max(1, tests))
+    for row in rows:
+        if row.primary and sequential and row.suite in sequential and row.status != "error":
+            row.p_value = float(sequential[row.suite].pvalue)
+            row.sequential = sequential[row.suite].to_dict()
+    gated = [r for r in rows if r.primary and r.status not in ("error", "missing")]
+    family: list[Row | AgreementRow | UnansweredTest] = [*([] if ni else gated), *agreement, *unanswered]
+    _holm(family, policy.alpha)
+    if ni:
+        for r in gated:  # each on its own at one-sided alpha: the bound of its 1 - 2 alpha interval
+            r.significant = not r.ci_low > -(policy.margin_for(r.baseline) or 0.0)
+    _statuses(rows, policy)
+    for a in agreement:
+        blocked = a.significant or (a.unanswered is not None and a.unanswered.significant)
+        a.status = "block" if blocked else "pass"
+        a.reason = agreement_reason(a)
+    verdict = verdict_from(rows, agreement, policy, tests=tests)
+    verdict.agreement, verdict.aa = agreement, aa
+    if problems:
+        verdict.verdict, verdict.reason = "ERROR", "; ".join(problems.values())
+    if aa and any(r.significant for r in aa):
+        verdict.reliable = False
+        verdict.notes.append("UNRELIABLE: the A/A pair (the baseline against itself) differs significantly")
+    return verdict
+
+
+def _problems(
+    per_suite: PerSuite, aa_pairs: Mapping[str, Sequence[Pair]] | None, kind: Mapping[str, str]
+) -> dict[str, str]:
+    out = {}
+    for suite, (metrics, pairs) in per_suite.items():
+        why = check_suite(suite, metrics[0], pairs, kind[suite])
+        if why is None and aa_pairs is not None:
+            aa = check_suite(suite, metrics[0], aa_pairs.get(suite, ()), kind[suite])
+            why = None if aa is None else f"the A/A pair: {aa}"
+        if why is not None:
+            out[suite] = why
+    return out
+
+
+def _rows(
+    per_suite: PerSuite,
+    problems: Mapping[str, str],
+    kind: Mapping[str, str],
+    policy: GatePolicy,
+    *,
+    level: float,
+) -> list[Row]:
+    """Every metric's row; a gated row's MDE at ``level``, the others' at alpha."""
+    rows = []
+    for suite, (metrics, pairs) in per_suite.items():
+        for i, metric in enumerate(metrics):
+            if suite in problems:
+                why = problems[suite] if i == 0 else "not judged: the suite's primary metric cannot be"
+                rows.append(error_row(suite, metric, len(pairs), primary=i == 0, reason=why))
+                continue
+            gated = i == 0 and policy.policy != "non-inferiority"
+            rows.append(
+                metric_row(suite, metric, pairs, primary=i == 0, policy=policy, kind=kind[suite],
+                           level=level if gated else policy.alpha)
+            )  # fmt: skip
+    return rows
+
+
+def _holm(family: Sequence[Row | AgreementRow | UnansweredTest], alpha: float) -> None:
+    adjusted = stats.holm([r.p_value for r in family]) if family else []
+    for row, p_adj in zip(family, adjusted, strict=True):
+        row.p_adjusted = float(p_adj)
+        row.significant = bool(p_adj < alpha)
+
+
+def _statuses(rows: Sequence[Row], policy: GatePolicy) -> None:
+    for row in rows:
+        note = row.reason if row.status not in ("error", "missing") else ""
+        row.status, row.reason = row_status(row, policy)
+        if note:
+            row.reason += f"; {note}"
+
+
+def _agreement(
+    per_suite: PerSuite,
+    good: Sequence[str],
+    aa_pairs: Mapping[str, Sequence[Pair]] | None,
+    policy: GatePolicy,
+) -> list[AgreementRow]:
+    counts = "regressions" if policy.policy == "regression" else "flips"
+    out = []
+    for suite in good:
+        metrics, pairs = per_suite[suite]
+        kw: dict[str, Any] = {"counts": counts, "errors_as_wrong": policy.errors_as_wrong}
+        if policy.flip_budget is not None:
+            kw |= {"budget": policy.flip_budget, "budget_source": "--flip-budget"}
+        elif aa_pairs is not None and suite in aa_pairs:
+            kw |= {"budget": DEFAULT_FLIP_BUDGET, "budget_source": f"A/A + {policy.aa_margin * 100:.0f} pt",
+                   "aa_pairs": aa_pairs[suite], "aa_margin": policy.aa_margin}  # fmt: skip
+        else:
+            kw |= {"budget": DEFAULT_FLIP_BUDGET, "budget_source": "default"}
+        out.append(agreement_row(suite, metrics[0], pairs, **kw))
+    return out
+
+
+def _aa_rows(
+    per_suite: PerSuite,
+    good: Sequence[str],
+    aa_pairs: Mapping[str, Sequence[Pair]],
+    kind: Mapping[str, str],
+    policy: GatePolicy,
+) -> list[Row]:
+    """Baseline against a second baseline launch, judged by the run's own alpha and policy (Holm
+    among themselves): the noise floor. A suite whose A/A pair is unusable gets no row here."""
+    plain = replace(policy, agreement_gate=False)
+    ni = policy.policy == "non-inferiority"
+    level = policy.alpha / max(1, len(good)) if not ni else policy.alpha
+    out = [
+        metric_row(
+            s, per_suite[s][0][0], aa_pairs.get(s, ()), primary=True, policy=plain, kind=kind[s], level=level
+        )
+        for s in good
+    ]
+    if ni:
+        for r in out:
+            r.significant = not r.ci_low > -(policy.margin_for(r.baseline) or 0.0)
+    else:
+        _holm(out, policy.alpha)
+    _statuses(out, plain)
+    return out

@@ -1,0 +1,89 @@
+"""verdict.json's rows and the verdict itself (docs/schemas/verdict.schema.json is generated here)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, field
+from typing import Any, Literal
+
+from pydantic import ConfigDict
+from pydantic import dataclasses as pyd
+
+from evalgate.agreement import AgreementRow
+
+__all__ = ["VERDICT_SCHEMA", "Row", "Verdict"]
+
+VERDICT_SCHEMA = 1
+
+
+@pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
+class Row:
+    """One (suite, metric) of the verdict: the paired counts, the test and the decision."""
+
+    suite: str
+    metric: str
+    primary: bool
+    n: int
+    baseline: float
+    candidate: float
+    delta: float
+    n11: int
+    """Binary metric: both right. Graded metric: items whose value is the same on both arms."""
+    n10: int
+    """Binary: only the baseline right (a regression). Graded: the candidate scored lower."""
+    n01: int
+    """Binary: only the candidate right. Graded: the candidate scored higher."""
+    n00: int
+    """Binary: both wrong. Graded: 0."""
+    flips: float
+    p_value: float
+    ci_low: float
+    ci_high: float
+    mde: float
+    """Smallest |delta| this n and flip rate detect with 80 % power at ``mde_alpha``."""
+    p_adjusted: float | None = None
+    significant: bool = False
+    """True when this row blocks (for non-inferiority: its lower bound is not above -margin)."""
+    status: str = "pass"
+    """pass, block, underpowered, info, missing or error."""
+    reason: str = ""
+    sequential: dict[str, Any] | None = None
+    """--sequential: where the suite stopped; ``p_value`` is then the always-valid 1 / max E."""
+    test: str = "mcnemar"
+    """mcnemar (a metric in {0, 1}: exact mid-p, Tango interval) or sign-flip (a graded metric:
+    paired sign-flip permutation test of the mean difference, seeded bootstrap interval)."""
+    mde_alpha: float | None = None
+    """The level ``mde`` is computed at: alpha over the Holm family's size (the level Holm's
+    first step demands) for a gated row; alpha for non-inferiority and for info rows."""
+
+
+@pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
+class Verdict:
+    """verdict.json (schema 1; docs/schemas/verdict.schema.json is generated from this class)."""
+
+    verdict: str
+    alpha: float
+    policy: str
+    reason: str
+    suites: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    margin: str | None = None
+    agreement: list[AgreementRow] = field(default_factory=list)
+    aa: list[Row] | None = None
+    reliable: bool = True
+    """False when the A/A pair (baseline against itself) would itself block."""
+    schema: Literal[1] = VERDICT_SCHEMA
+
+    @property
+    def exit_code(self) -> int:
+        return {"PASS": 0, "BLOCK": 1}.get(self.verdict, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for a in data["agreement"]:  # a row without the unanswered test is written as before it existed
+            if a.get("unanswered") is None:
+                a.pop("unanswered", None)
+        return {"schema": data.pop("schema"), **data}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"

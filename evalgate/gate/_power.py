@@ -1,0 +1,69 @@
+"""Planning a run's power before it starts: the items each suite needs for 80 % power at the
+level the gate will really test it at (``evalgate plan-power``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from evalgate import stats
+
+__all__ = ["PlanRow", "family_size", "plan_power"]
+
+
+def family_size(
+    kinds: Sequence[str], *, policy: str, agreement_gate: bool, errors_as_wrong: bool = False
+) -> int:
+    """Tests in the Holm family of a run over suites of these ``kinds`` (loglikelihood, generate,
+    chat): each suite's accuracy row (none under non-inferiority, an intersection-union test), its
+    agreement row, and the unanswered test of a generation suite (every suite with errors as wrong)."""
+    accuracy = 0 if policy == "non-inferiority" else len(kinds)
+    if not agreement_gate:
+        return accuracy
+    unanswered = sum(1 for k in kinds if errors_as_wrong or k != "loglikelihood")
+    return accuracy + len(kinds) + unanswered
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    suite: str
+    available: int | None
+    """Items in the suite's test split (None when its data is not at hand)."""
+    flip_rate: float
+    flip_source: str
+    level: float
+    """The alpha this suite's test must reach (Holm's first step), one- or two-sided."""
+    alternative: str
+    needed: int
+    """Items for ``power`` at an absolute change (or margin) of ``mde``."""
+    mde_available: float | None
+    """What the whole suite detects with ``power`` at ``level`` (None when its size is unknown)."""
+
+
+def plan_power(
+    suites: Mapping[str, tuple[str, int | None]],
+    *,
+    mde: float,
+    flip_rates: Mapping[str, tuple[float, str]],
+    alpha: float = 0.05,
+    power: float = 0.8,
+    policy: str = "difference",
+    agreement_gate: bool = True,
+) -> tuple[int, list[PlanRow]]:
+    """``suites``: name -> (kind, items available); ``flip_rates``: name -> (rate, where it came
+    from). Returns the family's size and one row per suite. Under non-inferiority ``mde`` is the
+    margin and a row's n is what shows non-inferiority with ``power`` when nothing changed."""
+    tests = family_size([k for k, _ in suites.values()], policy=policy, agreement_gate=agreement_gate)
+    level = alpha if policy == "non-inferiority" else alpha / max(1, tests)
+    alternative = "two-sided" if policy == "difference" else "less"
+    rows = []
+    for name, (_, available) in suites.items():
+        rate, source = flip_rates[name]
+        needed = stats.required_n(mde, rate, alpha=level, power=power, alternative=alternative)  # type: ignore[arg-type]
+        at = None
+        if available:
+            d = stats.mde(available, rate, alpha=level, power=power, alternative=alternative)  # type: ignore[arg-type]
+            at = None if math.isinf(d) else d
+        rows.append(PlanRow(name, available, rate, source, level, alternative, needed, at))
+    return tests, rows

@@ -1,0 +1,144 @@
+"""The words of a verdict: each row's status and reason, and the verdict's one-line reason."""
+
+from __future__ import annotations
+
+from evalgate.agreement import NOISE_HINT, AgreementRow
+from evalgate.gate._model import Row, Verdict
+from evalgate.gate._policy import GatePolicy
+
+__all__ = ["row_status", "verdict_from"]
+
+
+def _where(row: Row) -> str:
+    where = f"delta {row.delta * 100:+.1f} pt, CI [{row.ci_low * 100:+.1f}, {row.ci_high * 100:+.1f}], p = {row.p_value:.3g}"
+    if row.test == "sign-flip":
+        where += " (graded metric: mean difference, sign-flip test, bootstrap CI)"
+    if row.sequential:
+        sq = row.sequential
+        why = f"{sq['decision']} on {sq['blocked_by']}" if sq.get("blocked_by") else sq["decision"]
+        where += (
+            f"; sequential: stopped after {sq['used']}/{sq['planned']} items ({why}), "
+            f"max E = {sq['evalue_max']:.3g}, always-valid p"
+        )
+    return where
+
+
+def _level(row: Row, policy: GatePolicy) -> str:
+    """Where the MDE's alpha comes from, in words."""
+    level = row.mde_alpha if row.mde_alpha is not None else policy.alpha
+    tests = round(policy.alpha / level) if level else 1
+    if tests <= 1:
+        return f"alpha {level:.3g}"
+    return (
+        f"alpha {policy.alpha}/{tests} = {level:.2g}, the level Holm's first step demands over {tests} tests"
+    )
+
+
+def row_status(row: Row, policy: GatePolicy) -> tuple[str, str]:
+    """(status, reason) of a row once its significance is known."""
+    where = _where(row)
+    if row.status in ("error", "missing"):
+        return row.status, row.reason or "no paired items"
+    if not row.primary:
+        return "info", f"reported, not gated ({where})"
+    if policy.policy == "non-inferiority":
+        return _ni_status(row, policy, where)
+    if row.significant:
+        return "block", f"significant after Holm ({where}, adjusted {row.p_adjusted:.3g})"
+    if row.mde > policy.power_floor:
+        return "underpowered", (
+            f"no difference detected ({where}), but n = {row.n} can only detect {row.mde * 100:.1f} pt "
+            f"with 80 % power at {_level(row, policy)} (needs <= {policy.power_floor * 100:.1f} pt)"
+        )
+    return "pass", f"no significant difference ({where}, adjusted {row.p_adjusted:.3g})"
+
+
+def _ni_status(row: Row, policy: GatePolicy, where: str) -> tuple[str, str]:
+    margin = policy.margin_for(row.baseline) or 0.0
+    bound = (
+        f"the lower confidence bound {row.ci_low * 100:+.1f} pt ({policy.confidence:.0%} interval, one-sided "
+        f"alpha {policy.alpha}) is {{side}} -{margin * 100:.1f} pt (margin {policy.margin}; every suite must pass "
+        f"on its own: an intersection-union test, no multiplicity correction)"
+    )
+    if not row.significant:
+        return "pass", f"non-inferior: {bound.format(side='above')} ({where})"
+    text = f"not shown non-inferior: {bound.format(side='not above')} ({where})"
+    if row.mde > margin:
+        text += (
+            f"; with 80 % power n = {row.n} shows non-inferiority only for margins above {row.mde * 100:.1f} pt "
+            f"at this flip rate (evalgate plan-power gives the items needed)"
+        )
+    return "block", text
+
+
+def verdict_from(
+    rows: list[Row], agreement: list[AgreementRow], policy: GatePolicy, *, tests: int
+) -> Verdict:
+    """PASS or BLOCK with the one line that says why; ``tests``: the Holm family's size."""
+    family = [r for r in rows if r.primary and r.status not in ("error", "missing")]
+    blocking = [r for r in family if r.significant]
+    flips = [a for a in agreement if a.significant]
+    silent = [(a, a.unanswered) for a in agreement if a.unanswered is not None and a.unanswered.significant]
+
+    def out(verdict: str, reason: str) -> Verdict:
+        return Verdict(verdict, policy.alpha, policy.policy, reason, rows, margin=policy.margin)
+
+    if blocking and policy.policy == "non-inferiority":
+        worst = min(blocking, key=lambda r: r.ci_low + (policy.margin_for(r.baseline) or 0.0))
+        return out("BLOCK", (
+            f"{worst.suite} {worst.metric}: not shown non-inferior: the lower confidence bound "
+            f"{worst.ci_low * 100:+.1f} pt ({policy.confidence:.0%} interval) is not above "
+            f"-{(policy.margin_for(worst.baseline) or 0) * 100:.1f} pt (margin {policy.margin})"
+        ))  # fmt: skip
+    if blocking:
+        worst = min(blocking, key=lambda r: (r.p_adjusted or 1.0, r.delta))
+        return out("BLOCK", (
+            f"{worst.suite} {worst.metric} changed by {worst.delta * 100:+.1f} pt "
+            f"({worst.baseline:.3f} -> {worst.candidate:.3f}, Holm p = {worst.p_adjusted:.3g} < {policy.alpha})"
+        ))  # fmt: skip
+    if flips:
+        a = max(flips, key=lambda x: x.flip_rate)
+        acc = next(r for r in family if r.suite == a.suite)
+        what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
+        if a.aa_excess is not None:
+            against = f"A/A {a.aa_flip_rate:.1%} on the same items, excess {a.aa_excess * 100:+.1f} pt > {a.budget_source}"
+        else:
+            against = f"A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else f"budget {a.budget:.1%}"
+        reason = (
+            f"{a.suite}: accuracy change not significant (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) but "
+            f"{a.flip_rate:.1%} {what} ({against}, p = {a.p_adjusted:.2g})"
+        )
+        if a.aa_excess is None:
+            reason += f"; {NOISE_HINT}"
+        return out("BLOCK", reason)
+    if silent:
+        a, u = min(silent, key=lambda x: x[1].p_adjusted or 1.0)
+        return out("BLOCK", (
+            f"{a.suite}: the candidate left {u.n10} item(s) unanswered (failed, empty or cut at the token cap) "
+            f"where the baseline answered, against {u.n01} the other way ({u.candidate_rate:.1%} vs "
+            f"{u.baseline_rate:.1%} unanswered, one-sided McNemar, Holm p = {u.p_adjusted:.2g})"
+        ))  # fmt: skip
+    n_items = sum(r.n for r in family)
+    if policy.policy == "non-inferiority":
+        reason = (
+            f"non-inferior within margin {policy.margin} on every one of {len(family)} suite(s), {n_items} paired "
+            f"item(s) (each lower {policy.confidence:.0%} bound above -margin: an intersection-union test at "
+            f"alpha {policy.alpha})"
+        )
+    else:
+        what = "no significant regression" if policy.policy == "regression" else "no significant difference"
+        reason = (
+            f"{what} on {len(family)} suite(s), {n_items} paired item(s), at alpha {policy.alpha} after Holm "
+            f"over {tests} test(s)"
+        )
+    if agreement:
+        reason += f"; flips within budget (max {max(a.flip_rate for a in agreement):.1%})"
+    weak = [r for r in family if r.status == "underpowered"]
+    if weak:
+        level = min(r.mde_alpha or policy.alpha for r in weak)
+        reason += (
+            f"; UNDERPOWERED: {', '.join(r.suite for r in weak)} could only detect changes of "
+            f"{max(r.mde for r in weak) * 100:.1f} pt or more (80 % power at alpha {level:.2g}, the level Holm's "
+            f"first step demands), so this PASS only means no difference was detected at n = {min(r.n for r in weak)}"
+        )
+    return out("PASS", reason)

@@ -1,0 +1,164 @@
+"""One (suite, metric) row: the metric checked first, then the paired test its kind calls for.
+
+A suite declares its metric kind (``metric_kind`` on the suite, recorded in the manifest):
+``binary`` metrics are 0 or 1 per item and get McNemar's mid-p with Tango's interval; a
+``continuous`` (graded) metric such as F1 gets the paired sign-flip permutation test of the mean
+difference with a bootstrap interval, both seeded from the suite and metric names, so a
+re-render reproduces them. Nothing is thresholded: an F1 of 0.6 is not "right".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from evalgate import stats
+from evalgate.gate._model import Row
+from evalgate.gate._policy import GatePolicy
+from evalgate.records import Pair
+
+__all__ = [
+    "METRIC_KINDS",
+    "RESAMPLES",
+    "MetricKind",
+    "check_suite",
+    "error_row",
+    "metric_row",
+    "paired_values",
+]
+
+MetricKind = Literal["binary", "continuous"]
+METRIC_KINDS: tuple[str, ...] = ("binary", "continuous")
+RESAMPLES = 10_000
+"""Sign-flip and bootstrap resamples: the smallest sign-flip p is 1/10001, below alpha/12."""
+
+
+def _value(metrics: dict[str, float], metric: str) -> float | None:
+    v = metrics.get(metric)
+    return None if v is None else float(v)
+
+
+def _usable(v: float | None, kind: str) -> bool:
+    return v is not None and math.isfinite(v) and (kind != "binary" or v in (0.0, 1.0))
+
+
+def paired_values(pairs: Sequence[Pair], metric: str, kind: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(baseline, candidate) values of the items usable on both arms, and how many were not."""
+    b, c = [], []
+    for p in pairs:
+        x, y = _value(p.baseline.metrics, metric), _value(p.candidate.metrics, metric)
+        if _usable(x, kind) and _usable(y, kind):
+            b.append(x)
+            c.append(y)
+    return np.asarray(b, dtype=float), np.asarray(c, dtype=float), len(pairs) - len(b)
+
+
+def check_suite(suite: str, metric: str, pairs: Sequence[Pair], kind: str) -> str | None:
+    """Why this suite's primary metric cannot be judged (one line), or None. A PASS on nothing is
+    the failure this prevents: no items, a renamed or NaN metric, an arm that failed every item."""
+    n = len(pairs)
+    if kind not in METRIC_KINDS:
+        return f"{suite}: unknown metric kind {kind!r} (expected one of {', '.join(METRIC_KINDS)})"
+    if n == 0:
+        return f"{suite}: no paired items"
+    for side in ("baseline", "candidate"):
+        errors = [getattr(p, side).extra.get("error") for p in pairs]
+        if all(e is not None for e in errors):
+            arm = getattr(pairs[0], side).arm
+            first = " ".join(str(errors[0]).split())[:200]
+            return f"{suite}: every item failed on the {arm} ({n} of {n}; first: {first})"
+    for what, bad in (
+        ("is missing", lambda v: v is None),
+        ("is not finite (NaN or inf)", lambda v: v is not None and not math.isfinite(v)),
+        ("is not 0 or 1 but the suite declares it binary", lambda v: kind == "binary" and v not in (0, 1)),
+    ):
+        hits = [(p, r) for p in pairs for r in (p.baseline, p.candidate) if bad(_value(r.metrics, metric))]
+        if hits:
+            p, r = hits[0]
+            seen = ", ".join(sorted(r.metrics)) or "none"
+            return (
+                f"{suite}: the primary metric {metric!r} {what} on {len(hits)} record(s) of {n} paired "
+                f"item(s) (first: item {p.item_id} on the {r.arm}, value {r.metrics.get(metric)!r}; "
+                f"its metrics: {seen})"
+            )
+    return None
+
+
+def error_row(suite: str, metric: str, n: int, *, primary: bool, reason: str) -> Row:
+    return Row(
+        suite=suite, metric=metric, primary=primary, n=n, baseline=0.0, candidate=0.0, delta=0.0, n11=0, n10=0,
+        n01=0, n00=0, flips=0.0, p_value=1.0, ci_low=-1.0, ci_high=1.0, mde=1.0, status="error", reason=reason,
+    )  # fmt: skip
+
+
+def metric_row(
+    suite: str,
+    metric: str,
+    pairs: Sequence[Pair],
+    *,
+    primary: bool,
+    policy: GatePolicy,
+    kind: str,
+    level: float,
+) -> Row:
+    """The row of one metric over the items usable on both arms; ``level``: the alpha its MDE is
+    computed at (the one its test must reach)."""
+    base, cand, dropped = paired_values(pairs, metric, kind)
+    if base.size == 0:
+        row = error_row(suite, metric, len(pairs), primary=primary, reason="no paired items with this metric")
+        row.status = "missing"
+        return row
+    row = (
+        _binary(suite, metric, base, cand, policy, level)
+        if kind == "binary"
+        else _graded(suite, metric, base, cand, policy, level)
+    )
+    row.primary = primary
+    if dropped:
+        row.reason = f"{dropped} item(s) without a usable value left out"
+    return row
+
+
+def _binary(suite: str, metric: str, b: np.ndarray, c: np.ndarray, policy: GatePolicy, level: float) -> Row:
+    n = int(b.size)
+    n11, n10 = int(((b == 1) & (c == 1)).sum()), int(((b == 1) & (c == 0)).sum())
+    n01, n00 = int(((b == 0) & (c == 1)).sum()), int(((b == 0) & (c == 0)).sum())
+    alternative = policy.alternative
+    test = stats.mcnemar(n10, n01, alternative=alternative, mid_p=True)  # type: ignore[arg-type]
+    ci = stats.paired_diff_ci(n11, n10, n01, n00, confidence=policy.confidence)
+    flips = (n10 + n01) / n
+    mde = stats.mde(n, flips, alpha=level, alternative=alternative)  # type: ignore[arg-type]
+    return Row(
+        suite=suite, metric=metric, primary=False, n=n, baseline=(n11 + n10) / n, candidate=(n11 + n01) / n,
+        delta=(n01 - n10) / n, n11=n11, n10=n10, n01=n01, n00=n00, flips=flips, p_value=float(test.pvalue),
+        ci_low=float(ci.low), ci_high=float(ci.high), mde=min(1.0, float(mde)), test="mcnemar", mde_alpha=level,
+    )  # fmt: skip
+
+
+def _graded(suite: str, metric: str, b: np.ndarray, c: np.ndarray, policy: GatePolicy, level: float) -> Row:
+    n = int(b.size)
+    d = c - b
+    test = stats.sign_flip_test(
+        b, c, n_resamples=RESAMPLES, alternative=policy.alternative,  # type: ignore[arg-type]
+        rng=np.random.default_rng(stats.stable_seed("sign-flip", suite, metric)),
+    )  # fmt: skip
+    ci = stats.paired_bootstrap(
+        b, c, n_resamples=RESAMPLES, confidence=policy.confidence,
+        rng=np.random.default_rng(stats.stable_seed("bootstrap", suite, metric)),
+    )  # fmt: skip
+    sides = 2 if policy.alternative == "two-sided" else 1
+    span = max(1.0, float(np.abs(np.concatenate([b, c])).max()))
+    if 2.0 ** -(n - 1 if sides == 2 else n) >= level:  # the smallest p the sign-flip test can reach
+        mde = span
+    else:
+        sd = float(d.std(ddof=1)) if n > 1 else 0.0
+        mde = min(span, stats.mde_mean(n, sd, alpha=level, alternative=policy.alternative))  # type: ignore[arg-type]
+    return Row(
+        suite=suite, metric=metric, primary=False, n=n, baseline=float(b.mean()), candidate=float(c.mean()),
+        delta=float(d.mean()), n11=int((d == 0).sum()), n10=int((d < 0).sum()), n01=int((d > 0).sum()), n00=0,
+        flips=float((d != 0).mean()), p_value=float(test.pvalue), ci_low=float(ci.low), ci_high=float(ci.high),
+        mde=mde, test="sign-flip", mde_alpha=level,
+    )  # fmt: skip
