@@ -325,12 +325,15 @@ def test_a_graded_metric_uses_the_sign_flip_test_not_a_threshold() -> None:
     again = decide({"s": (["f1"], _pairs_of(base, drop))}, policy=GatePolicy(), kinds={"s": "continuous"})
     assert again.suites[0] == row  # seeded: a re-render reproduces p and CI exactly
     noise = [b + e for b, e in zip(base, rng.normal(0, 0.01, 200), strict=True)]
-    quiet = decide(
-        {"s": (["f1"], _pairs_of(base, noise))},
-        policy=GatePolicy(agreement_gate=False),
-        kinds={"s": "continuous"},
-    )
+    quiet = decide({"s": (["f1"], _pairs_of(base, noise))}, policy=GatePolicy(), kinds={"s": "continuous"})
     assert quiet.verdict == "PASS" and quiet.suites[0].test == "sign-flip"
+    a = quiet.agreement[0]  # every value moved: no flip budget applies to a graded metric
+    assert (
+        a.status == "info"
+        and a.p_adjusted is None
+        and "not gated" in a.reason
+        and "flips" not in quiet.reason
+    )
 
 
 def test_non_finite_choice_logliks_are_counted_and_shown() -> None:

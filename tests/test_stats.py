@@ -600,10 +600,10 @@ def test_tango_score_inverts_the_interval() -> None:
 
 
 def test_excess_test_known_values_and_level() -> None:
-    # x alone 300, y alone 200 of 5000: estimate 2 pt against a 3 pt margin; above 400 such items, the score test
-    big = stats.excess_test(300, 200, 5000, margin=0.03)
-    assert big.method == "score" and big.estimate == 0.02
-    assert big.pvalue == pytest.approx(st.norm.sf(float(stats.tango_score(0.03, 200, 300, 5000))))
+    # x alone 700, y alone 600 of 20,000: above 1,000 such items, the score test
+    big = stats.excess_test(700, 600, 20000, margin=0.03)
+    assert big.method == "score" and big.estimate == 0.005
+    assert big.pvalue == pytest.approx(st.norm.sf(float(stats.tango_score(0.03, 600, 700, 20000))))
     # with no y-only items and y's rate pinned at 0, the exact p is at least the binomial tail
     small = stats.excess_test(5, 0, 50, margin=0.03)
     assert small.method == "exact" and small.pvalue >= st.binom.sf(4, 50, 0.03)
@@ -641,3 +641,13 @@ def test_public_api() -> None:
     ):
         cls = getattr(stats, name)
         assert cls.__dataclass_params__.frozen
+
+
+def test_sequential_regression_rule_counts_only_regressions_as_flips() -> None:
+    from evalgate.stats.sequential import replay_stream
+
+    improving = [0] * 40 + [-1] * 160  # 20 % of items improve, none regresses
+    both = replay_stream(improving, n_total=200, chunk=50, alpha=0.025, flip_budget=0.05)
+    assert both.decision == "block"  # counted both ways, the improvements are flips over the budget
+    one = replay_stream(improving, n_total=200, chunk=50, alpha=0.025, one_sided=True, flip_budget=0.05)
+    assert one.decision != "block"  # before #19 the regression rule still counted them as flips

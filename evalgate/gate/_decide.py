@@ -65,15 +65,18 @@ def decide(
         if sequential and a.suite in sequential:  # the fixed-n binomial is not valid there
             a.p_value = float(sequential[a.suite].flip_pvalue)
     ni = policy.policy == "non-inferiority"
+    # a graded metric has no flip: any change of its value would count, noise included, so its
+    # changed share is shown, not gated (its mean difference is the sign-flip row's job)
+    flip_tests = [a for a in agreement if kind[a.suite] == "binary"]
     unanswered = [a.unanswered for a in agreement if a.unanswered is not None]
-    tests = (0 if ni else len(good)) + len(agreement) + len(unanswered)
+    tests = (0 if ni else len(good)) + len(flip_tests) + len(unanswered)
     rows = _rows(per_suite, problems, kind, policy, level=policy.alpha / max(1, tests))
     for row in rows:
         if row.primary and sequential and row.suite in sequential and row.status != "error":
             row.p_value = float(sequential[row.suite].pvalue)
             row.sequential = sequential[row.suite].to_dict()
     gated = [r for r in rows if r.primary and r.status not in ("error", "missing")]
-    family: list[Row | AgreementRow | UnansweredTest] = [*([] if ni else gated), *agreement, *unanswered]
+    family: list[Row | AgreementRow | UnansweredTest] = [*([] if ni else gated), *flip_tests, *unanswered]
     _holm(family, policy.alpha)
     if ni:
         for r in gated:  # each on its own at one-sided alpha: the bound of its 1 - 2 alpha interval
@@ -81,8 +84,13 @@ def decide(
     _statuses(rows, policy)
     for a in agreement:
         blocked = a.significant or (a.unanswered is not None and a.unanswered.significant)
-        a.status = "block" if blocked else "pass"
+        a.status = "block" if blocked else ("pass" if kind[a.suite] == "binary" else "info")
         a.reason = agreement_reason(a)
+        if kind[a.suite] != "binary":
+            a.test, a.reason = (
+                "none (graded metric)",
+                f"shown, not gated (a graded metric has no flip): {a.reason}",
+            )
     verdict = verdict_from(rows, agreement, policy, tests=tests)
     verdict.agreement, verdict.aa = agreement, aa
     if problems:

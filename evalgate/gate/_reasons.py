@@ -131,8 +131,9 @@ def verdict_from(
             f"{what} on {len(family)} suite(s), {n_items} paired item(s), at alpha {policy.alpha} after Holm "
             f"over {tests} test(s)"
         )
-    if agreement:
-        reason += f"; flips within budget (max {max(a.flip_rate for a in agreement):.1%})"
+    gated = [a for a in agreement if a.status != "info"]  # a graded metric's changed share is not gated
+    if gated:
+        reason += f"; flips within budget (max {max(a.flip_rate for a in gated):.1%})"
     weak = [r for r in family if r.status == "underpowered"]
     if weak:
         level = min(r.mde_alpha or policy.alpha for r in weak)
