@@ -9,6 +9,12 @@ lm-eval's evaluator::
     import evalgate.lmeval_lm, lm_eval
     lm_eval.simple_evaluate(model="evalgate",
                             model_args="base_url=http://127.0.0.1:8080,api_key=KEY", tasks=["arc_easy"])
+
+or lm-eval's own command line with this model registered (the key from ``EVALGATE_API_KEY``, so
+it stays out of lm-eval's results JSON)::
+
+    python -m evalgate.lmeval_lm run --model evalgate --model_args base_url=http://127.0.0.1:8080 \
+        --tasks arc_easy --log_samples --output_path out/
 """
 
 from __future__ import annotations
@@ -87,3 +93,14 @@ class EvalgateLM(LM):
         raise NotImplementedError(
             "rolling log-likelihood (perplexity tasks) is not needed by evalgate's suites"
         )
+
+
+def main() -> None:
+    """lm-eval's CLI (``lm_eval``'s own parser and evaluator) with the ``evalgate`` model registered."""
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()

@@ -191,6 +191,11 @@ class Manifest(BaseModel):
     arm_names: list[str] = Field(default_factory=lambda: ["baseline", "candidate"])
     arms: dict[str, ArmInfo] = Field(default_factory=dict)
     sequential: SequentialInfo | None = None
+    imported: dict[str, Any] | None = Field(
+        None,
+        description="compare --baseline-samples/--candidate-samples: which lm-eval runs were "
+        "imported (paths, model, model_args with secrets masked, lm-eval version); nothing was launched.",
+    )
     host: dict[str, Any] | None = Field(
         None,
         description="Launch settings chosen from this machine, with what was measured "

@@ -1,0 +1,49 @@
+"""``evalgate export RUN --format parquet|csv``: a run's items, pairs and verdict rows as tables."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from evalgate.errors import ConfigError
+from evalgate.frames import load_run
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "export",
+        help="write a run's items, pairs and verdict rows as parquet or CSV (evalgate.load_run's tables)",
+        description="Write items.<fmt> (one row per item per arm), pairs.<fmt> (one row per paired item) "
+        "and verdict.<fmt> (one row per gate row) from a run folder; see evalgate.frames for the columns.",
+    )
+    p.add_argument("run_dir", type=Path, help="a run folder (reports/<run-id>)")
+    p.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="(default: parquet)")
+    p.add_argument("--out", type=Path, help="folder for the files (default: RUN/export)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    frames = load_run(args.run_dir)
+    out = args.out or Path(args.run_dir) / "export"
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file", fix="give a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {"items": frames.items(), "pairs": frames.pairs(), "verdict": frames.verdict()}
+    console = Console(width=None if Console().is_terminal else 120)
+    for name, frame in tables.items():
+        path = out / f"{name}.{args.format}"
+        if args.format == "csv":
+            frame.to_csv(path, index=False)
+        else:
+            try:
+                frame.to_parquet(path, index=False)
+            except ImportError as exc:
+                raise ConfigError(
+                    f"writing parquet needs pyarrow ({exc})", fix="pip install pyarrow, or use --format csv"
+                ) from exc
+        console.print(f"{path}: {len(frame)} rows")
+    return 0

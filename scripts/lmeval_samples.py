@@ -1,0 +1,124 @@
+"""Make an lm-eval ``--log_samples`` run on the CPU engine, with lm-eval's own CLI.
+
+It launches llama-server for one variant through evalgate's launcher (the flags ``evalgate
+compare`` uses), points lm-eval's command line at it (``python -m evalgate.lmeval_lm run --model
+evalgate``, the API key passed in the environment so lm-eval's results JSON never holds it), and
+leaves lm-eval's output folder. Local data: each task's YAML is lm-eval's own, included with its
+dataset pointed at ``--data-dir`` (the Hub is not needed). ``--items-from RUN`` takes exactly the
+items an ``evalgate compare`` run scored (lm-eval's ``--samples``), so the import can be checked
+against the live comparison item by item::
+
+    python scripts/lmeval_samples.py --variant bf16 --tasks arc_easy --limit 200 --out A --data-dir ../shared/data
+    python scripts/lmeval_samples.py --variant int4 --tasks arc_easy --limit 200 --out B --data-dir ../shared/data
+    evalgate compare --baseline-samples A --candidate-samples B
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evalgate.config import LlamaCppConfig
+from evalgate.engines.llamacpp import LlamaCppEngine
+from evalgate.manifest import load_manifest
+from evalgate.suites import SuiteOptions, default_registry
+from evalgate.suites._lmeval import LmEvalSuite, lm_eval_task_dir
+from evalgate.variants import parse_variant
+
+
+def _members(tasks: list[str]) -> dict[str, tuple[LmEvalSuite, object]]:
+    out = {}
+    reg = default_registry()
+    for name in reg.names():
+        try:
+            suite = reg.get(name)
+        except Exception:
+            continue
+        if isinstance(suite, LmEvalSuite):
+            for m in suite.members:
+                if Path(m.yaml).stem in tasks:
+                    out[Path(m.yaml).stem] = (suite, m)
+    missing = [t for t in tasks if t not in out]
+    if missing:
+        raise SystemExit(f"no evalgate suite runs {', '.join(missing)}; this script knows {sorted(out)}")
+    return out
+
+
+def write_local_tasks(tasks: list[str], data_dir: Path, folder: Path) -> None:
+    """One YAML per task: lm-eval's own (``include``), its dataset read from ``data_dir``."""
+    for task, (_, m) in _members(tasks).items():
+        if m.local.row_filter:
+            raise SystemExit(f"{task} filters rows of a shared file; run it from the Hub instead")
+        files = {split: str((data_dir / rel).resolve()) for split, rel in m.local.files}
+        overrides = dict(m.overrides)
+        lines = [
+            f"include: {lm_eval_task_dir() / m.yaml}",
+            f"task: {task}",
+            "dataset_path: json",
+            "dataset_name: null",
+            f"dataset_kwargs: {json.dumps({'data_files': files})}",
+        ] + [f"{k}: {json.dumps(v)}" for k, v in overrides.items()]
+        (folder / f"{task}.yaml").write_text("\n".join(lines) + "\n")
+
+
+def sample_indices(run: Path, tasks: list[str], data_dir: Path | None) -> dict[str, list[int]]:
+    """The document indices of the items an evalgate run scored, per lm-eval task."""
+    manifest = load_manifest(run)
+    options = SuiteOptions(data_dir=data_dir, seed=manifest.request.seed)
+    out: dict[str, list[int]] = {}
+    for task, (suite, m) in _members(tasks).items():
+        wanted = set(manifest.suites[suite.name].item_ids)
+        task_obj = suite.task(options, m)
+        grouped = len(suite.members) > 1
+        for i, doc in enumerate(task_obj.eval_docs):
+            item_id = suite.item_id(doc, i)
+            if (f"{m.label}/{item_id}" if grouped else item_id) in wanted:
+                out.setdefault(task, []).append(i)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", required=True, help="bf16, fp8kv, int4, ... (as evalgate compare)")
+    ap.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
+    ap.add_argument("--out", type=Path, required=True, help="lm-eval's --output_path")
+    ap.add_argument("--data-dir", type=Path, required=True, help="local splits (../shared/data)")
+    ap.add_argument("--limit", type=int, help="lm-eval --limit (the first N documents)")
+    ap.add_argument("--items-from", type=Path, help="an evalgate run folder: score exactly its items")
+    ap.add_argument(
+        "--deterministic", action="store_true", help="one slot, no prompt cache (as compare's flag)"
+    )
+    args = ap.parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    engine = LlamaCppEngine(LlamaCppConfig(deterministic=args.deterministic))
+    spec = engine.launch_spec(parse_variant(args.variant))
+    with tempfile.TemporaryDirectory() as tmp:
+        write_local_tasks(tasks, args.data_dir, Path(tmp))
+        select = (
+            ["--samples", json.dumps(sample_indices(args.items_from, tasks, args.data_dir))]
+            if args.items_from
+            else ["--limit", str(args.limit)]
+            if args.limit
+            else []
+        )
+        with engine.launch(spec, name=args.variant, log_dir=Path(tmp) / "logs") as handle:
+            cmd = [
+                sys.executable, "-m", "evalgate.lmeval_lm", "run", "--model", "evalgate",
+                "--model_args", f"base_url={handle.base_url},concurrency={engine.slots}",
+                "--tasks", ",".join(tasks), "--include_path", tmp, "--log_samples",
+                "--output_path", str(args.out), *select,
+            ]  # fmt: skip
+            print("+", " ".join(cmd), flush=True)
+            env = {**os.environ, "EVALGATE_API_KEY": handle.api_key, "HF_DATASETS_OFFLINE": "1"}
+            return subprocess.run(cmd, env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
