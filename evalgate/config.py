@@ -95,6 +95,11 @@ class GPUConfig(BaseModel):
         description="Replaces the engine's own launch command (e.g. a container wrapper, or a test server).",
     )
     concurrency: int = Field(16, ge=1, description="Requests in flight per arm; the engine batches them.")
+    deterministic: bool = Field(
+        False,
+        description="Batch-invariant kernels on both arms (SGLang --enable-deterministic-inference, vLLM "
+        "VLLM_BATCH_INVARIANT=1): a prompt's logprobs do not depend on what else is in the batch.",
+    )
 
 
 class SGLangConfig(GPUConfig):

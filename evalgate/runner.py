@@ -28,7 +28,7 @@ from evalgate.plan import RunPlan
 from evalgate.records import Record, RecordStore
 from evalgate.redact import env_secrets, redact
 from evalgate.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
-from evalgate.suites import Item, ItemResult, Suite, SuiteOptions
+from evalgate.suites import Item, ItemResult, Suite, SuiteOptions, SuitePreflight
 from evalgate.throughput import finish_compare, measure_handle
 
 __all__ = ["ITEM_TRIES", "run_arms"]
@@ -220,7 +220,14 @@ async def _run_blocks(
         todo = missing(done, suite.name, block)
         variant = plan.manifest.variants[arm].name
         if arm not in bars:  # the arm's first items of this suite
-            await scorers[arm].flush_cache()  # no suite starts with another's prefix cache
+            flushed = await scorers[arm].flush_cache()  # no suite starts with another's prefix cache
+            if flushed is not None:  # "flushed", or why not: recorded with the arm's server facts
+                plan.manifest.arms[arm].server.setdefault("cache_flush", {})[suite.name] = flushed
+            if isinstance(suite, SuitePreflight):  # e.g. tool_calls: one call comes back parsed
+                check = await suite.preflight(scorers[arm], plan.options, server=arm)
+                if check is not None:
+                    info = plan.manifest.arms[arm]
+                    info.preflight = [*info.preflight, {**check, "check": f"{suite.name}: {check['check']}"}]
             left = len(missing(done, suite.name, items))
             bars[arm] = progress.add_task(
                 f"{arm:9} {variant:10} {suite.name}", total=len(items), completed=len(items) - left, state=""

@@ -9,10 +9,16 @@
 # and transformers + gguf + accelerate for the conversion, all importable by $PYTHON.
 # Takes a few minutes: two SGLang launches and the smoke preset (50 items per suite) on each.
 #
+# FP8 KV scales: the candidate gets `--quantization-param-path` with scales calibrated on this very
+# checkpoint by scripts/kv_scales.py (evalgate.kernels.fp8_kv: per-layer amax of K and V over the
+# ARC-Easy and GSM8K train questions, x 1.2 headroom, / 448), kept beside it; without them SGLang
+# would run FP8 KV at scale 1.0. The scale SGLang really used is read back from its log and printed.
+#
 # Environment: PYTHON (default python; the config written below makes the engine launch SGLang
 # with the same interpreter), OUT (run folder, default reports/gpu-smoke-<UTC time>), DATA_DIR
 # (default ../shared/data), HF_DIR (checkpoint folder, default beside the F16 GGUF in
-# $EVALGATE_CACHE/models/<hash>/, where gguf_to_hf.py puts it too). Relative paths are taken from
+# $EVALGATE_CACHE/models/<hash>/, where gguf_to_hf.py puts it too), KV_SCALES (scale file,
+# default $HF_DIR/kv_scales.json, calibrated when missing). Relative paths are taken from
 # the repository root, where the script runs. Extra arguments go to `evalgate compare`, e.g.
 # --suites arc_easy. Exit code: evalgate's (0 PASS, 1 BLOCK, 2 usage, 3 infrastructure), or 2 when
 # a prerequisite is missing.
@@ -63,14 +69,23 @@ else
 fi
 HF_DIR=$(cd "$HF_DIR" && pwd)  # the config must not depend on the directory SGLang starts in
 
+KV_SCALES=${KV_SCALES:-$HF_DIR/kv_scales.json}
+if [[ -f "$KV_SCALES" ]]; then
+    echo "== KV scales present: $KV_SCALES"
+else
+    echo "== calibrating FP8 KV scales into $KV_SCALES"
+    "$PYTHON" scripts/kv_scales.py "$HF_DIR" "$KV_SCALES" --data-dir "$DATA_DIR"
+fi
+
 config=$(mktemp "${TMPDIR:-/tmp}/evalgate-gpu-smoke.XXXXXX")
 trap 'rm -f "$config"' EXIT
-# [sglang] model_path, and python: the interpreter checked above is the one that launches SGLang.
-# Everything else stays at the engine's defaults. A JSON string is a valid TOML basic string,
-# which keeps odd characters in the paths safe.
+# [sglang] model_path, kv_scales_path (the fp8kv arm only; checked before launch), and python: the
+# interpreter checked above is the one that launches SGLang. Everything else stays at the engine's
+# defaults. A JSON string is a valid TOML basic string, which keeps odd characters in paths safe.
 "$PYTHON" -c 'import json, sys
-print("[sglang]\nmodel_path = " + json.dumps(sys.argv[1]) + "\npython = " + json.dumps(sys.executable))' \
-    "$HF_DIR" >"$config"
+print("[sglang]\nmodel_path = " + json.dumps(sys.argv[1]) + "\nkv_scales_path = " + json.dumps(sys.argv[2])
+      + "\npython = " + json.dumps(sys.executable))' \
+    "$HF_DIR" "$KV_SCALES" >"$config"
 cat "$config"
 
 echo "== evalgate compare --engine sglang --baseline bf16 --candidate fp8kv --preset smoke -> $OUT"
@@ -79,7 +94,7 @@ rc=0
     --config "$config" --data-dir "$DATA_DIR" --out "$OUT" "$@" || rc=$?
 
 "$PYTHON" - "$OUT" <<'EOF' || true
-"""Print the verdict and both arms' KV capacity (SGLang's max_total_num_tokens)."""
+"""Print the verdict, both arms' KV capacity (SGLang's max_total_num_tokens) and the KV scale used."""
 import json
 import sys
 from pathlib import Path
@@ -97,6 +112,9 @@ for arm in ("baseline", "candidate"):
     server = (arms.get(arm) or {}).get("server") or {}
     tokens = server.get("max_total_num_tokens", "not recorded")
     print(f"{arm:9} kv_cache_dtype={server.get('kv_cache_dtype', '?')} max_total_num_tokens={tokens}")
+    scales = server.get("kv_scales")
+    if scales:  # read back from SGLang's log: "file", or "1.0" when it fell back
+        print(f"{arm:9} kv scale used: {scales.get('scale')} ({scales.get('file') or 'no file'}: {scales.get('log')})")
 EOF
 echo "report: $OUT/report.html  (exit code $rc)"
 exit "$rc"

@@ -182,7 +182,8 @@ def test_detects_each_protocol(serve: Callable[..., Double], kind: str, script: 
 def test_key_echoed_by_the_server_is_masked(serve: Callable[..., Double]) -> None:
     info = {**SGLANG_INFO, "launch_command": "python -m sglang.launch_server --api-key k-123 --port 1"}
     fp = fingerprint(serve("sglang", key="k-123", server_info=info).url, api_key="k-123")
-    assert "k-123" not in json.dumps(fp) and "--api-key *** --port" in fp["server_args"]["launch_command"]
+    assert "k-123" not in json.dumps(fp)
+    assert "launch_command" not in fp["server_args"]  # raw argv: may hold an admin key evalgate never had
 
 
 def test_sglang_kv_pool_is_summed_over_dp_ranks_when_only_per_rank(serve: Callable[..., Double]) -> None:

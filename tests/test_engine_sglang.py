@@ -57,29 +57,40 @@ def args_of(spec: Any) -> dict[str, str | None]:
     return dict(spec.args)
 
 
+def scale_file(folder: Path, *, ranks: int = 1, layers: int = 2, model_type: str = "llama") -> str:
+    """A KV scale file as kernels/fp8_kv writes it (SGLang's QuantParamSchema)."""
+    from evalgate.kernels.fp8_kv.sglang_json import sglang_kv_scales_dict
+
+    path = folder / f"kv_scales_tp{ranks}.json"
+    scales = {r: {layer: 0.01 * (layer + 1) for layer in range(layers)} for r in range(ranks)}
+    path.write_text(json.dumps(sglang_kv_scales_dict(scales, model_type=model_type)))
+    return str(path)
+
+
 def with_model(name: str, model: str, **kw: Any) -> Variant:
     v = parse_variant(name)
     return Variant(name=v.name, weights=v.weights, kv=v.kv, model=model, **kw)
 
 
 # -- variant -> flags ----------------------------------------------------------------------------
-def test_bf16_is_bfloat16_with_auto_kv(models: dict[str, str]) -> None:
+def test_bf16_is_bfloat16_with_an_explicit_bfloat16_kv_cache(models: dict[str, str]) -> None:
     spec = engine(models).launch_spec(parse_variant("bf16"))
     a = args_of(spec)
     assert spec.engine == "sglang" and spec.model == models["bf16"]
-    assert a["--dtype"] == "bfloat16" and a["--kv-cache-dtype"] == "auto"
+    assert a["--dtype"] == "bfloat16" and a["--kv-cache-dtype"] == "bfloat16"  # never auto (#18.4)
     assert "--quantization" not in a and "--quantization-param-path" not in a
     assert a["--tp-size"] == "1" and a["--random-seed"] == "1234"
     assert "--mem-fraction-static" not in a  # None keeps SGLang's own per-GPU default
 
 
-def test_fp8kv_sets_e4m3_cache_and_scales_only_on_that_arm(models: dict[str, str]) -> None:
-    eng = engine(models, kv_scales_path="/scales/kv.json")
+def test_fp8kv_sets_e4m3_cache_and_scales_only_on_that_arm(models: dict[str, str], tmp_path: Path) -> None:
+    scales = scale_file(tmp_path)
+    eng = engine(models, kv_scales_path=scales)
     fp8kv, bf16 = (
         args_of(eng.launch_spec(parse_variant("fp8kv"))),
         args_of(eng.launch_spec(parse_variant("bf16"))),
     )
-    assert fp8kv["--kv-cache-dtype"] == "fp8_e4m3" and fp8kv["--quantization-param-path"] == "/scales/kv.json"
+    assert fp8kv["--kv-cache-dtype"] == "fp8_e4m3" and fp8kv["--quantization-param-path"] == scales
     assert fp8kv["--dtype"] == "bfloat16" and "--quantization" not in fp8kv
     assert "--quantization-param-path" not in bf16
     assert "--quantization-param-path" not in args_of(engine(models).launch_spec(parse_variant("fp8kv")))
@@ -106,7 +117,7 @@ def test_int4_reads_the_method_from_config_json(models: dict[str, str], key: str
     spec = engine(models).launch_spec(with_model("int4", models[key]))
     a = args_of(spec)
     assert spec.model == models[key] and "--quantization" not in a  # SGLang picks the kernel itself
-    assert a["--kv-cache-dtype"] == "auto" and a["--dtype"] == "bfloat16"
+    assert a["--kv-cache-dtype"] == "bfloat16" and a["--dtype"] == "bfloat16"  # Marlin takes bf16
 
 
 @pytest.mark.parametrize(
@@ -150,8 +161,8 @@ def test_settings_become_flags_and_variant_args_override(models: dict[str, str])
 
 
 # -- only quantization may differ ------------------------------------------------------------------
-def test_fp8kv_against_bf16_is_a_fair_pair(models: dict[str, str]) -> None:
-    eng = engine(models, kv_scales_path="/scales/kv.json", tp_size=2, context_length=4096)
+def test_fp8kv_against_bf16_is_a_fair_pair(models: dict[str, str], tmp_path: Path) -> None:
+    eng = engine(models, kv_scales_path=scale_file(tmp_path, ranks=2), tp_size=2, context_length=4096)
     base = eng.launch_spec(parse_variant("bf16"))
     assert check_only_quantization(base, eng.launch_spec(parse_variant("fp8kv"))) == []
     assert check_only_quantization(base, eng.launch_spec(parse_variant("fp8"))) == []

@@ -63,10 +63,10 @@ def spec_of(name: str, model: str | None = None, **kw: object) -> dict[str, str 
 
 
 # -- variant -> flags ----------------------------------------------------------------------------------
-def test_bf16_is_bfloat16_with_vllms_own_kv_default() -> None:
+def test_bf16_is_bfloat16_with_an_explicit_bfloat16_kv_cache() -> None:
     args = spec_of("bf16")
     assert args["model"] == BASE and args["--dtype"] == "bfloat16"
-    assert "--kv-cache-dtype" not in args and "--quantization" not in args
+    assert args["--kv-cache-dtype"] == "bfloat16" and "--quantization" not in args  # #18.4: not auto
     assert args["--tensor-parallel-size"] == "1" and args["--seed"] == "1234"
     assert args["--generation-config"] == "vllm"  # checkpoints' generation_config.json stay out
 
@@ -335,3 +335,20 @@ def test_kv_capacity_from_a_real_log_and_the_current_one_line_format() -> None:
     line = "(EngineCore pid=7) INFO [kv_cache_utils.py:1147] GPU KV cache size: 420,656 tokens, Maximum concurrency for 131,072 tokens per request: 3.21x"
     cap = vllm_capacity(line)
     assert cap is not None and cap["kv_tokens"] == 420656 and cap["max_concurrency"] == 3.21
+
+
+def test_a_prefilled_chat_continues_the_assistant_turn() -> None:
+    """#18.7: vLLM needs continue_final_message with add_generation_prompt false (it refuses the
+    first with its default add_generation_prompt true)."""
+    from .test_vllm_scorer import run_against
+
+    prefill = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<tool_call>\n"}]
+
+    async def body(scorer: object, sent: list[tuple[str, object]]) -> object:
+        await scorer.chat({"messages": prefill})  # type: ignore[attr-defined]
+        await scorer.chat({"messages": prefill[:1]})  # type: ignore[attr-defined]
+        return [payload for path, payload in sent if path == "/v1/chat/completions"]
+
+    continued, plain = run_against(body)
+    assert continued["continue_final_message"] is True and continued["add_generation_prompt"] is False
+    assert "continue_final_message" not in plain and "add_generation_prompt" not in plain

@@ -70,6 +70,8 @@ FIELDS = [
     "tool_call_parser",
     "reasoning_parser",
     "context_length",
+    "sampling_defaults",
+    "enable_deterministic_inference",
 ]
 
 
@@ -87,6 +89,10 @@ def variants(tmp_path: Path) -> list[Variant]:
 
 def commands(tmp_path: Path) -> list[list[str]]:
     """The argv after ``python -m sglang.launch_server``, with every optional setting in use."""
+    from evalgate.kernels.fp8_kv.sglang_json import sglang_kv_scales_dict
+
+    scales = tmp_path / "kv.json"
+    scales.write_text(json.dumps(sglang_kv_scales_dict({0: {0: 0.1}, 1: {0: 0.1}}, model_type="llama")))
     settings = SGLangConfig(
         model_path="meta-llama/Llama-3.1-8B-Instruct",
         tp_size=2,
@@ -95,7 +101,8 @@ def commands(tmp_path: Path) -> list[list[str]]:
         reasoning_parser="qwen3",
         context_length=8192,
         chat_template="/templates/chat.jinja",
-        kv_scales_path="/scales/kv.json",
+        kv_scales_path=str(scales),
+        deterministic=True,
     )
     eng = SGLangEngine(settings)
     return [eng.command(eng.launch_spec(v), port=30000, api_key="eg-k")[3:] for v in variants(tmp_path)]
@@ -135,10 +142,10 @@ def test_commands_parse_with_sglangs_own_parser(tmp_path: Path) -> None:
     int4 = str(tmp_path / "Llama-AWQ")
     base = "meta-llama/Llama-3.1-8B-Instruct"
     assert parsed == {
-        f"auto/None/{base}",
+        f"bfloat16/None/{base}",
         f"fp8_e4m3/None/{base}",
-        f"auto/fp8/{base}",
-        f"auto/None/{int4}",
+        f"bfloat16/fp8/{base}",
+        f"bfloat16/None/{int4}",
         f"fp8_e4m3/None/{int4}",
     }
     for p in result["parsed"]:
@@ -146,7 +153,10 @@ def test_commands_parse_with_sglangs_own_parser(tmp_path: Path) -> None:
         assert p["dtype"] == "bfloat16" and p["tp_size"] == 2 and p["mem_fraction_static"] == 0.85
         assert p["random_seed"] == 1234 and p["context_length"] == 8192
         assert p["tool_call_parser"] == "llama3" and p["reasoning_parser"] == "qwen3"
-        assert (p["quantization_param_path"] == "/scales/kv.json") == (p["kv_cache_dtype"] == "fp8_e4m3")
+        assert (p["quantization_param_path"] == str(tmp_path / "kv.json")) == (
+            p["kv_cache_dtype"] == "fp8_e4m3"
+        )
+        assert p["sampling_defaults"] == "openai" and p["enable_deterministic_inference"] is True
 
 
 def load_options() -> dict[str, set[str] | None]:

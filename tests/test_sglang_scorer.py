@@ -139,24 +139,51 @@ def test_render_chat_tokenizes_messages_and_keeps_special_tokens() -> None:
     assert "<|im_start|>user\nhi" in run_against({"/tokenize": tok, "/detokenize": detok}, body)
 
 
-def test_flush_cache_reads_plain_text_and_server_info_falls_back() -> None:
-    calls = {"flush": 0}
+def test_flush_cache_reads_plain_text_and_server_info_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#18.6: 200 is flushed; a 400 (busy) is tried again, then recorded; 401/403 (an admin key
+    evalgate does not hold) is "cannot flush", never an abort. ``?timeout=`` asks SGLang 0.5.23 to
+    wait for idle first (flush_wrapper.py)."""
+    monkeypatch.setattr("evalgate.engines.sglang._scorer.FLUSH_RETRY_S", 0.0)
+    answers = iter([(200, "Cache flushed.\n"), (400, "Timed out waiting for idle state."), (200, "Cache flushed.\n")]
+                   + [(400, "Flush cache failed.\n")] * 3 + [(401, '{"error": "Unauthorized"}')])  # fmt: skip
+    queries: list[str] = []
 
     async def flush(request: web.Request) -> web.Response:
-        calls["flush"] += 1
-        if calls["flush"] == 1:
-            return web.Response(text="Cache flushed.\nPlease check backend logs for more details.\n")
-        return web.Response(text="Flush cache failed.\n", status=400)
+        queries.append(request.query_string)
+        status, text = next(answers)
+        return web.Response(text=text, status=status)
 
     async def old_info(request: web.Request) -> web.Response:
         return web.json_response({"version": "0.4.10", "api_key": "eg-key", "max_total_num_tokens": 5})
 
     async def body(scorer: SGLangScorer, sent: list[tuple[str, Any]]) -> Any:
-        return await scorer.flush_cache(), await scorer.flush_cache(), await scorer.server_info()
+        return [await scorer.flush_cache() for _ in range(4)], await scorer.server_info()
 
-    first, second, info = run_against({"/flush_cache": flush, "/get_server_info": old_info}, body)
-    assert first is True and second is False
+    flushes, info = run_against({"/flush_cache": flush, "/get_server_info": old_info}, body)
+    assert flushes[0] == "flushed" and flushes[1] == "flushed"  # the busy 400 was tried again
+    assert flushes[2].startswith("not flushed: HTTP 400 3 times") and "Flush cache failed" in flushes[2]
+    assert flushes[3].startswith("cannot flush: HTTP 401") and "--admin-api-key" in flushes[3]
+    assert set(queries) == {"timeout=30"}
     assert info == {"version": "0.4.10", "max_total_num_tokens": 5, "capacity": info["capacity"]}
+
+
+def test_a_prefilled_chat_is_continued_not_turned_into_a_user_message() -> None:
+    """#18.7: without continue_final_message SGLang makes the trailing assistant message a user one."""
+
+    async def chat(request: web.Request) -> web.Response:
+        message = {"role": "assistant", "content": "ok"}
+        return web.json_response({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+
+    prefill = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<tool_call>\n"}]
+
+    async def body(scorer: SGLangScorer, sent: list[tuple[str, Any]]) -> Any:
+        await scorer.chat({"messages": prefill, "max_tokens": 4})
+        await scorer.chat({"messages": prefill[:1], "max_tokens": 4})
+        return [payload for _, payload in sent]
+
+    continued, plain = run_against({"/v1/chat/completions": chat}, body)
+    assert continued["continue_final_message"] is True and continued["messages"] == prefill
+    assert "continue_final_message" not in plain
 
 
 def test_shim_reads_sglang_flags_the_way_server_info_names_them() -> None:

@@ -164,10 +164,10 @@ def test_commands_parse_with_vllms_own_parser(models: dict[str, str]) -> None:
     assert isinstance(parsed, list)
     seen = {(p["kv_cache_dtype"], p["quantization"], p["model_tag"]) for p in parsed}
     assert seen == {
-        ("auto", None, BASE),
+        ("bfloat16", None, BASE),
         ("fp8_e4m3", None, BASE),
-        ("auto", "fp8", BASE),
-        ("auto", None, models["awq"]),
+        ("bfloat16", "fp8", BASE),
+        ("bfloat16", None, models["awq"]),
         ("fp8_e4m3", None, models["awq"]),
         ("fp8_e4m3", None, models["fp8"]),
     }
@@ -197,12 +197,19 @@ TokenizeCompletionRequest.model_validate(job["tokenize"])
 TokenizeChatRequest.model_validate(job["tokenize_chat"])
 DetokenizeRequest.model_validate(job["detokenize"])
 ChatCompletionRequest.model_validate(job["chat"])
+ChatCompletionRequest.model_validate(job["prefill"])  # what VLLMScorer sends for a prefilled turn
+try:  # continue_final_message with add_generation_prompt true is refused (check_generation_prompt)
+    ChatCompletionRequest.model_validate(job["prefill_both"])
+    prefill_both_refused = False
+except ValueError:
+    prefill_both_refused = True
 TokenizeResponse.model_validate(job["tokenize_response"])
 DetokenizeResponse.model_validate(job["detokenize_response"])
 # the double's answer through vLLM's model and back out the way its API router sends it
 response = CompletionResponse.model_validate(job["completion_response"])
 sent = json.loads(json.dumps(response.model_dump()))
-print(json.dumps({"echo_without_generation": req.echo and req.max_tokens == 0, "response": sent}))
+print(json.dumps({"echo_without_generation": req.echo and req.max_tokens == 0, "response": sent,
+                  "prefill_both_refused": prefill_both_refused}))
 """
 
 
@@ -216,6 +223,8 @@ def test_requests_and_the_doubles_answers_fit_vllms_api_models() -> None:
         "temperature": 0.0,
         "max_tokens": 8,
     }
+    turn = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<tool_call>\n"}]
+    prefill = {"model": "m", "messages": turn, "max_tokens": 8}
     tokenize_chat = {
         "model": "m",
         "messages": [{"role": "user", "content": "hi"}],
@@ -227,12 +236,15 @@ def test_requests_and_the_doubles_answers_fit_vllms_api_models() -> None:
         "tokenize_chat": tokenize_chat,
         "detokenize": {"model": "m", "tokens": [5, 6]},
         "chat": chat,
+        "prefill": {**prefill, "continue_final_message": True, "add_generation_prompt": False},
+        "prefill_both": {**prefill, "continue_final_message": True, "add_generation_prompt": True},
         "tokenize_response": fake_tokenize({"prompt": "hi"}),
         "detokenize_response": fake_detokenize({"tokens": [104, 105]}),
         "completion_response": fake_completion(scoring),
     }
     result = run_with_vllm(API, job)
     assert result["echo_without_generation"] is True
+    assert result["prefill_both_refused"] is True  # so VLLMScorer sends add_generation_prompt false with it
     choice = result["response"]["choices"][0]  # type: ignore[index]
     assert read_continuation_logprobs(choice, ctx, cont) == read_continuation_logprobs(
         fake_completion(scoring)["choices"][0], ctx, cont

@@ -18,7 +18,25 @@ from evalgate.engines.api import Engine
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["GPUEngine", "attached_concurrency", "package_version", "visible_gpus"]
+__all__ = [
+    "FP16_ONLY_METHODS",
+    "GPUEngine",
+    "attached_concurrency",
+    "fp16_only_method",
+    "package_version",
+    "visible_gpus",
+]
+
+FP16_ONLY_METHODS = ("awq", "gptq")
+"""Weight methods whose (non-Marlin) kernels take float16 activations only, in SGLang 0.5.23
+(``get_supported_act_dtypes`` in ``sglang/srt/layers/quantization/awq/awq.py``, ``gptq/gptq.py``)
+and vLLM 0.33 alike. Both engines pick the Marlin kernel (bf16 too) by themselves on a GPU that has
+it; a variant that forces ``--quantization awq`` or ``gptq`` gets ``--dtype float16``."""
+
+
+def fp16_only_method(quantization: str | None) -> str | None:
+    """``quantization`` if it names a kernel that takes float16 activations only, else None."""
+    return quantization if quantization in FP16_ONLY_METHODS else None
 
 
 def attached_concurrency(fp: Mapping[str, Any]) -> int:
@@ -100,6 +118,50 @@ class GPUEngine(Engine):
         for key, value in variant.args:
             args[key] = value
         return LaunchSpec(self.name, model, tuple(args.items()), tuple(sorted(variant.env)), self.quant_keys)
+
+    def command(self, spec: LaunchSpec, *, port: int, api_key: str) -> list[str]:
+        raise NotImplementedError
+
+    def launch_command(self, spec: LaunchSpec, *, name: str, port: int, api_key: str) -> list[str]:
+        """The exact command, with the arm's CUDA_VISIBLE_DEVICES in front when evalgate sets it."""
+        env = {k: v for k, v in self.arm_env(spec, name).items() if (k, v) not in set(spec.env)}
+        return [
+            *(f"{k}={v}" for k, v in sorted(env.items())),
+            *self.command(spec, port=port, api_key=api_key),
+        ]
+
+    def plan_notes(self, spec: LaunchSpec) -> list[str]:
+        """The KV cache dtype and where an FP8 cache's scales come from."""
+        args = dict(spec.args)
+        kv = args.get("--kv-cache-dtype")
+        notes = [f"KV cache: --kv-cache-dtype {kv or '(engine default)'}"]
+        if kv and kv.startswith("fp8"):
+            notes.append(self.scales_note(spec))
+        if "--dtype" in spec.quant_keys and args.get("--dtype") == "float16":
+            notes.append(
+                f"--dtype float16: {args.get('--quantization')} kernels take float16 activations only"
+            )
+        return notes
+
+    def scales_note(self, spec: LaunchSpec) -> str:
+        """Where an FP8 KV cache's scales come from, for --dry-run."""
+        return "KV scales: from the checkpoint, else 1.0 (the scale used is read back from the log at launch)"
+
+    tool_parser_flags: ClassVar[tuple[str, ...]] = ("--tool-call-parser",)
+    """The launch flags a server needs before it fills ``tool_calls``."""
+
+    def require_tool_parser(self, arm: str, spec: LaunchSpec) -> None:
+        """The tool_calls suite needs the engine's tool-call parser on every arm (see the suite)."""
+        missing = [f for f in self.tool_parser_flags if f not in dict(spec.args)]
+        if missing:
+            raise ConfigError(
+                f"the tool_calls suite on {self.label} needs a tool-call parser, and the {arm} would launch "
+                f"without {' '.join(missing)}: {self.label} would return no tool_calls on either arm, and "
+                "the pair would pass whatever the candidate does",
+                fix=f"set tool_call_parser in evalgate.toml [{self.name}] to this model's parser (e.g. "
+                "'llama3', 'qwen25', 'mistral', 'hermes'); evalgate passes it to both arms as "
+                f"{' '.join(self.tool_parser_flags)}",
+            )
 
     def version(self) -> str:
         """The installed engine's version (its package is named as the engine), asked of ``python``."""

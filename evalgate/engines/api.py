@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from evalgate.engines._launcher import ServerHandle
+from evalgate.engines._launcher import ServerHandle, flags
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["AttachDialect", "Engine", "Get", "LogLik", "Scorer", "ServerHandle", "Split"]
@@ -64,10 +64,10 @@ class Scorer(Protocol):
 
     async def detokenize(self, tokens: list[int]) -> str: ...
 
-    async def flush_cache(self) -> bool:
-        """Empty the server's prefix cache so one suite does not warm the next; False when there
-        is nothing to flush (the default) or the server refused."""
-        return False
+    async def flush_cache(self) -> str | None:
+        """Empty the server's prefix cache so one suite does not warm the next: "flushed", or why
+        not (the loop records it per suite); None when the server has no cache to flush (the default)."""
+        return None
 
     async def server_info(self) -> dict[str, Any]:
         """The server's own account of its settings, secrets masked; {} when it gives none."""
@@ -126,6 +126,22 @@ class Engine(Protocol):
     def check_pair(self, *, allow: Iterable[str] = ()) -> None:
         """Refuse a pair that differs beyond quantization in settings only the servers can tell
         (attach mode reads them back); launched pairs are checked on their LaunchSpecs already."""
+        return None
+
+    def launch_command(self, spec: LaunchSpec, *, name: str, port: int, api_key: str) -> list[str]:
+        """The command ``launch`` would run for ``spec`` (``evalgate compare --dry-run`` prints it);
+        the default names the engine and the spec's flags."""
+        return [f"<{spec.engine}>", spec.model, *flags(spec.args)]
+
+    def plan_notes(self, spec: LaunchSpec) -> list[str]:
+        """What this engine pins or decides for ``spec`` that a reader of the command should know
+        (--dry-run): e.g. the KV dtype made explicit, or where the KV scales come from."""
+        return []
+
+    def require_tool_parser(self, arm: str, spec: LaunchSpec) -> None:
+        """Refuse (exit 2, naming the setting to add) an arm whose server will not turn a model's
+        output into ``tool_calls``: the tool_calls suite would score no calls on both arms and pass.
+        The default: the server always parses calls (llama-server's --jinja)."""
         return None
 
     def default_gen_cap(self, preset: str) -> int | None:

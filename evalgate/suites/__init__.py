@@ -10,6 +10,7 @@ from evalgate.suites._base import (
     Scorer,
     Suite,
     SuiteOptions,
+    SuitePreflight,
     configure,
     options_help,
 )
@@ -18,7 +19,7 @@ from evalgate.suites.gsm8k import gsm8k
 from evalgate.suites.mmlu import mmlu
 from evalgate.suites.mmlu_pro import mmlu_pro
 from evalgate.suites.private import private
-from evalgate.suites.tool_calls import tool_calls
+from evalgate.suites.tool_calls import ToolCallSuite, tool_calls
 
 __all__ = [
     "PRESETS",
@@ -28,6 +29,8 @@ __all__ = [
     "Scorer",
     "Suite",
     "SuiteOptions",
+    "SuitePreflight",
+    "ToolCallSuite",
     "configure",
     "default_registry",
     "options_help",

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -31,6 +31,7 @@ __all__ = [
     "Scorer",
     "Suite",
     "SuiteOptions",
+    "SuitePreflight",
     "configure",
     "prompt_hash",
     "select_indices",
@@ -96,6 +97,16 @@ class Suite(Protocol):
     def load(self, options: SuiteOptions, n: int | None) -> list[Item]: ...
 
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult: ...
+
+
+@runtime_checkable
+class SuitePreflight(Protocol):
+    """A suite that must prove something on each server before its items run (tool_calls: that a
+    call comes back parsed); the loop calls it once per arm, after the cache flush."""
+
+    async def preflight(self, scorer: Scorer, options: SuiteOptions, *, server: str) -> dict[str, Any] | None:
+        """A preflight row ``{"check", "ok", "detail"}`` (None: nothing to check here), or PreflightError."""
+        ...
 
 
 def select_indices(

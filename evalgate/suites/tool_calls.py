@@ -11,6 +11,14 @@ Prefill (the suite's ``prefill`` option, ``--suite-opt tool_calls.prefill=false`
 itself, so there the assistant turn is prefilled with ``<tool_call>\\n`` and ``tool_choice`` is
 ``required``. It is on by default only for the llama.cpp engine, reported in the suite's
 source line and in every record, and part of each prompt hash.
+
+SGLang and vLLM fill ``tool_calls`` only through a tool-call parser named at launch: without
+one, SGLang 0.5.23 leaves every call in the text, even with ``tool_choice: required``
+(``_tool_call_parsing_active`` in ``sglang/srt/entrypoints/openai/serving_chat.py``), and vLLM
+0.33 answers no calls whatever the tool_choice (``_extract_tool_calls`` in
+``vllm/parser/abstract_parser.py``: no tool parser, no calls). Both arms would then score zero calls and PASS. So the engines refuse the
+suite without a parser before launch (``require_tool_parser``), and ``preflight`` proves on each
+server that one call really comes back parsed before any item runs.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.client import RequestFailed
-from evalgate.errors import ConfigError
+from evalgate.errors import ConfigError, PreflightError
 from evalgate.suites import _bfcl
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices
 
@@ -171,6 +179,13 @@ class ToolCallSuite:
             )
         return items
 
+    async def preflight(self, scorer: Scorer, options: SuiteOptions, *, server: str) -> dict[str, Any] | None:
+        """Before this suite's items on a server: one call must come back parsed (``probe_tool_call``).
+        Skipped on llama.cpp, whose server always parses calls with the model's template (--jinja)."""
+        if options.engine in PREFILL_ENGINES:
+            return None
+        return await probe_tool_call(scorer, prefill=tool_prefill(options, self.settings), server=server)
+
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
         case, request = item.payload
         try:
@@ -198,6 +213,64 @@ class ToolCallSuite:
             "finish_reason": finish if isinstance(finish, str) else None,
         }
         return ItemResult(recorded, extracted, metrics, tokens, extra=extra)
+
+
+PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+_MARKUP = ("<tool_call>", '{"name"', "[TOOL_CALLS]", "<function", "<|python_tag|>", '"arguments"')
+
+
+def probe_request(*, prefill: bool, tool_choice: str) -> dict[str, Any]:
+    """The preflight's chat: one obvious call, in the suite's own mode (prefill or not)."""
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}
+    ]
+    if prefill:
+        messages.append({"role": "assistant", "content": PREFILL})
+    return {
+        "messages": messages,
+        "tools": [PROBE_TOOL],
+        "tool_choice": "required" if prefill else tool_choice,
+        "temperature": 0.0,
+        "max_tokens": 128,
+        "seed": 0,
+    }
+
+
+async def probe_tool_call(scorer: Scorer, *, prefill: bool, server: str) -> dict[str, Any]:
+    """Prove the server turns a model's call into ``tool_calls``; a preflight row, or PreflightError.
+
+    The suite's own mode first (``auto`` without prefill); a model that answers without a parsed
+    call there is asked again with ``required``, which both engines constrain to a call. Call markup
+    left in the text means the server's parser is missing or is not the model's."""
+    text = ""
+    for choice in ("auto", "required"):
+        data = await scorer.chat(probe_request(prefill=prefill, tool_choice=choice))
+        message = ((data.get("choices") or [{}])[0] or {}).get("message") or {}
+        calls = _bfcl.parse_calls(message)
+        if calls:
+            return {
+                "check": "tool call parsed",
+                "ok": True,
+                "detail": f"tool_choice={'required' if prefill else choice}: {calls[0].name}({calls[0].arguments})",
+            }
+        text = str(message.get("content") or "")
+        if prefill:  # already tool_choice=required
+            break
+    markup = " with call markup left in its text" if any(mark in text for mark in _MARKUP) else ""
+    raise PreflightError(
+        f"preflight check 'tool call parsed' failed on the {server} server: it answered no parsed tool "
+        f"call to a request for one{markup} (text: {text[:160]!r})",
+        fix="start the server with the tool-call parser of this model (SGLang: [sglang] tool_call_parser, "
+        "i.e. --tool-call-parser; vLLM: [vllm] tool_call_parser, i.e. --enable-auto-tool-choice "
+        "--tool-call-parser), or drop the tool_calls suite",
+    )
 
 
 @cache

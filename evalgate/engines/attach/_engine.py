@@ -69,6 +69,7 @@ class ExternalEngine(Engine):
         concurrency: int | None = None,
         timeout_s: float = 10.0,
         deterministic: bool = False,
+        allow_diff: Iterable[str] = (),
     ) -> None:
         if protocol not in ("auto", *PROTOCOLS):
             raise ConfigError(
@@ -90,6 +91,8 @@ class ExternalEngine(Engine):
         self.timeout_s = timeout_s
         self.deterministic = deterministic
         """One request at a time per URL and, on llama-server, no prompt cache (see --deterministic)."""
+        self.allow_diff = frozenset(allow_diff)
+        """Settings allowed to differ (--allow-diff): between the arms, and between one arm's URLs."""
         self._info: dict[str, dict[str, Any]] = {}
 
     def urls_for(self, arm: str) -> list[str]:
@@ -104,7 +107,7 @@ class ExternalEngine(Engine):
             fingerprint(u, api_key=key, protocol=self.protocol, key_env=env, timeout_s=self.timeout_s)
             for u in dict.fromkeys(urls)
         ]
-        _require_one_deployment(arm, fps)
+        _require_one_deployment(arm, fps, allow=self.allow_diff)
         protocol = fps[0]["protocol"]
         info = {"attached": True, "protocol": protocol, "urls": urls, "servers": {f["url"]: f for f in fps}}
         self._info[arm] = info
@@ -166,7 +169,27 @@ class ExternalEngine(Engine):
     def check_pair(self, *, allow: Iterable[str] = ()) -> None:
         """Refuse (exit 2, with the diff) attached arms whose read-back settings differ beyond
         quantization: the LaunchSpecs of attached arms hold no settings to compare."""
-        require_attached_pair(self.attach_info("baseline"), self.attach_info("candidate"), allow=allow)
+        self.allow_diff = self.allow_diff | frozenset(allow)
+        require_attached_pair(
+            self.attach_info("baseline"), self.attach_info("candidate"), allow=self.allow_diff
+        )
+
+    def launch_command(self, spec: LaunchSpec, *, name: str, port: int, api_key: str) -> list[str]:
+        """Nothing is launched: the arm's URLs (credentials masked), read back at run time."""
+        return ["attach", f"--protocol={self.protocol}", *(redact_url(u) for u in self.urls_for(name))]
+
+    def require_tool_parser(self, arm: str, spec: LaunchSpec) -> None:
+        """Attached SGLang reports its ``tool_call_parser``: refuse an arm without one. vLLM reports
+        no settings, so its arms are left to the suite's preflight (one call must come back parsed)."""
+        for fp in _servers(self.attach_info(arm)):
+            if fp.get("protocol") == "sglang" and not (fp.get("server_args") or {}).get("tool_call_parser"):
+                raise ConfigError(
+                    f"the tool_calls suite needs a tool-call parser, and the attached {arm} server "
+                    f"{redact_url(str(fp.get('url')))} runs SGLang without --tool-call-parser: it would return "
+                    "no tool_calls on either arm, and the pair would pass whatever the candidate does",
+                    fix="restart both arms' servers with --tool-call-parser (this model's parser, e.g. llama3, "
+                    "qwen25), or drop the tool_calls suite",
+                )
 
     def _concurrency(self, fp: Mapping[str, Any]) -> int:
         if self.deterministic:

@@ -248,16 +248,19 @@ def require_attached_pair(
         )
 
 
-def _require_one_deployment(arm: str, fps: Sequence[Mapping[str, Any]]) -> None:
-    """All URLs of one arm must be replicas: otherwise items would be scored by different models."""
+def _require_one_deployment(arm: str, fps: Sequence[Mapping[str, Any]], *, allow: Iterable[str] = ()) -> None:
+    """All URLs of one arm must be replicas: otherwise items would be scored by different models.
+    ``allow`` (--allow-diff) names settings that may differ, as it does between the arms."""
+    allowed = set(allow)
     first = _flat(fps[0])
     for fp in fps[1:]:
         other = _flat(fp)
-        keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+        keys = sorted(k for k in set(first) | set(other) if k not in allowed and first.get(k) != other.get(k))
         if keys:
             raise ConfigError(
                 f"the {arm} URLs {fps[0]['url']} and {fp['url']} do not serve the same model and settings "
                 f"(they differ in {', '.join(keys[:8])})",
-                fix=f"attach only replicas of one deployment to the {arm}; drop the odd URL",
+                fix=f"attach only replicas of one deployment to the {arm}; drop the odd URL, or pass "
+                "--allow-diff KEY for a setting that may differ (recorded in the report)",
                 detail="\n".join(f"  {k}: {first.get(k)!r} vs {other.get(k)!r}" for k in keys[:20]),
             )

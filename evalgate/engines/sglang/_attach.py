@@ -24,7 +24,13 @@ def _read(get: Get) -> dict[str, Any] | None:
 
 
 def _fingerprint(data: Mapping[str, Any], cards: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    args = {k: v for k, v in data.items() if k != "internal_states" and not _SECRET.search(k)}
+    # launch_command is the raw argv (SGLang redacts only watermark keys): an --admin-api-key
+    # evalgate was never given would be recorded in clear, so it is not kept at all
+    args = {
+        k: v
+        for k, v in data.items()
+        if k not in ("internal_states", "launch_command") and not _SECRET.search(k)
+    }
     states = data.get("internal_states") or [{}]
     pools = [st.get("max_total_num_tokens") if isinstance(st, dict) else None for st in states]
     if args.get("max_total_num_tokens") is None and all(pools):  # newer SGLang: one per DP rank
@@ -44,12 +50,20 @@ DIALECT = AttachDialect(
     settings=lambda fp: dict(fp.get("server_args") or {}),
     concurrency=attached_concurrency,
     scorer=_scorer,
-    # Differ between replicas of one deployment: internal ports and addresses, GPU ids, the KV pool
-    # measured from free memory at startup, and random_seed (SGLang draws one when unset; evalgate
-    # seeds each request).
+    # Differ between replicas of one deployment, or between two launches of the same settings:
+    # internal ports and addresses, GPU ids, the KV pool measured from free memory at startup,
+    # random_seed (SGLang draws one when unset; evalgate seeds each request), and what SGLang
+    # 0.5.23's /server_info adds beside the server args (http_server.py ``server_info`` and
+    # utils/common.py ``build_server_info``): ``startup_time`` (this launch's timings),
+    # ``launch_command`` (the raw argv, with its paths and port), ``kv_events`` (the publisher's
+    # host and port), the scheduler's ``status`` and ``kv_event_sources``. Paths of TLS files and
+    # the download cache are per host too.
     replica_keys=frozenset(
         "nccl_port dist_init_addr base_gpu_id gpu_id_step node_rank random_seed"
-        " max_total_num_tokens max_req_input_len".split()
+        " max_total_num_tokens max_req_input_len"
+        " startup_time launch_command kv_events kv_event_sources status"
+        " grpc_port disaggregation_bootstrap_port engine_info_bootstrap_port smg_http_sidecar_port"
+        " gated_launch_port ssl_keyfile ssl_certfile download_dir".split()
     ),
     quant_keys=frozenset({"quantization_param_path", "mem_fraction_static"}),
 )

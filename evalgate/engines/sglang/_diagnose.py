@@ -67,6 +67,35 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        # sglang/srt/model_loader/loader.py: the activation dtype a quant method's kernels accept
+        r"(torch\.\w+) is not supported for quantization method (\w+)\. Supported dtypes: (\[[^\]]*\])",
+        lambda m, log: (
+            f"SGLang's {m[2]} kernels take {m[3]} activations, not {m[1]} (plain AWQ/GPTQ run in float16; "
+            f"their Marlin kernels also take bfloat16): give that variant args = {{'--dtype' = 'float16'}} in "
+            f"evalgate.toml, or let SGLang pick the Marlin kernel (drop a forced --quantization {m[2]})"
+        ),
+    ),
+    Rule(
+        r"error: unrecognized arguments: .*(--enable-deterministic-inference|--sampling-defaults)",
+        lambda m, log: (
+            f"this SGLang predates {m[1]}, which evalgate passes on both arms "
+            + (
+                "for --deterministic: drop --deterministic, or upgrade SGLang"
+                if "determin" in m[1]
+                else "so no checkpoint's generation_config.json sets one arm's sampling: upgrade SGLang"
+            )
+            + f" ({TESTED_VERSION} has it)"
+        ),
+    ),
+    Rule(
+        # sglang/srt/arg_groups/overrides.py, _deterministic_attention_backend (also the MLA check)
+        r"Currently only (\[[^\]]*\]) attention backends are supported for deterministic inference",
+        lambda m, log: (
+            f"SGLang runs --deterministic only on the attention backends {m[1]}: pass one of them as "
+            "--attention-backend on both arms (variant args), or drop --deterministic"
+        ),
+    ),
+    Rule(
         r"error: unrecognized arguments: (.+)",
         lambda m, log: (
             f"this SGLang does not know {m[1].strip()}: remove or rename it in the variant args "

@@ -1,10 +1,24 @@
 """SGLang (``python -m sglang.launch_server``): the GPU engine (README.md, "Engines": the variant table).
 
-Variants become flags as the table says: ``bf16`` is ``--dtype bfloat16 --kv-cache-dtype auto``,
+Variants become flags as the table says: ``bf16`` is ``--dtype bfloat16 --kv-cache-dtype bfloat16``,
 ``fp8kv`` sets ``--kv-cache-dtype fp8_e4m3`` (plus ``--quantization-param-path`` when KV scales
-are given), ``fp8`` adds ``--quantization fp8`` unless the checkpoint is already quantized, and
-``int4`` needs an INT4 checkpoint whose method SGLang reads from its config.json. Everything
-else comes from the ``[sglang]`` section (``SGLangConfig``) and is therefore equal on both arms.
+are given, checked before launch), ``fp8`` adds ``--quantization fp8`` unless the checkpoint is
+already quantized, and ``int4`` needs an INT4 checkpoint whose method SGLang reads from its
+config.json. Everything else comes from the ``[sglang]`` section (``SGLangConfig``) and is
+therefore equal on both arms.
+
+Pinned on both arms, because SGLang 0.5.23's defaults would let one checkpoint change its arm:
+
+- ``--kv-cache-dtype bfloat16``, never ``auto``: with ``auto`` a checkpoint whose quant config
+  carries ``kv_cache_quant_algo: FP8`` (ModelOpt, or a compressed-tensors ``kv_cache_scheme``)
+  gets an FP8 cache while ``/server_info`` still says ``auto``
+  (``sglang/srt/mem_cache/kv_cache_dtype.py``, ``configure_kv_cache_dtype``).
+- ``--sampling-defaults openai``: the default, ``model``, fills temperature, top_p, top_k, min_p
+  and repetition_penalty a chat request leaves out from each checkpoint's generation_config.json
+  (``configs/model_config.py``, ``get_default_sampling_params``), so an INT4 repo with another
+  file would sample differently on one arm only.
+- ``--enable-deterministic-inference`` with ``[sglang] deterministic`` (``--deterministic``):
+  batch-invariant kernels, on the attention backends SGLang supports for it.
 """
 
 from __future__ import annotations
@@ -17,15 +31,17 @@ from typing import Any
 import httpx
 
 from evalgate.config import SGLangConfig
-from evalgate.engines._gpu import GPUEngine
+from evalgate.engines._gpu import GPUEngine, fp16_only_method
+from evalgate.engines._kv_scales import kv_scales_used, validate_kv_scales
 from evalgate.engines._launcher import ServerHandle, launch_server, server_command
 from evalgate.engines.sglang import _diagnose
 from evalgate.engines.sglang._capacity import sglang_capacity
 from evalgate.engines.sglang._scorer import SGLangScorer
 from evalgate.engines.sglang._server_info import fetch_server_info
+from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["KV_DTYPES", "QUANT_KEYS", "SGLangEngine"]
+__all__ = ["DETERMINISTIC_BACKENDS", "KV_DTYPES", "QUANT_KEYS", "SGLangEngine"]
 
 # What may differ between the arms: the weights checkpoint, quantization and its scales, and
 # the kernels that run it. CUDA_VISIBLE_DEVICES is placement, not a setting of the computation:
@@ -43,7 +59,10 @@ QUANT_KEYS = frozenset(
         "env:CUDA_VISIBLE_DEVICES",
     }
 )
-KV_DTYPES = {"bf16": "auto", "fp8": "fp8_e4m3"}
+KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}
+DETERMINISTIC_BACKENDS = ("ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton")
+"""Attention backends SGLang 0.5.23 runs batch-invariant (``DETERMINISTIC_ATTENTION_BACKEND_CHOICES``,
+``sglang/srt/arg_groups/choices.py``); unset lets SGLang pick one of them."""
 
 
 class SGLangEngine(GPUEngine):
@@ -75,6 +94,7 @@ class SGLangEngine(GPUEngine):
             "--kv-cache-dtype": KV_DTYPES[variant.kv],
             "--tp-size": str(s.tp_size),
             "--random-seed": str(s.random_seed),
+            "--sampling-defaults": "openai",
         }
         if s.mem_fraction_static is not None:
             args["--mem-fraction-static"] = str(s.mem_fraction_static)
@@ -86,9 +106,61 @@ class SGLangEngine(GPUEngine):
         ):
             if value is not None:
                 args[flag] = str(value)
+        if s.deterministic:
+            args["--enable-deterministic-inference"] = None
         if variant.kv == "fp8" and s.kv_scales_path:
             args["--quantization-param-path"] = s.kv_scales_path
         return args
+
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        """GPUEngine's spec, then what depends on the whole spec: fp16 for AWQ/GPTQ kernels that
+        take nothing else, the scale file checked, the deterministic backend checked."""
+        spec = super().launch_spec(variant)
+        args = dict(spec.args)
+        keys = spec.quant_keys
+        method = fp16_only_method(args.get("--quantization"))
+        if method and "--dtype" not in dict(variant.args):
+            # awq / gptq without Marlin accept float16 activations only (get_supported_act_dtypes in
+            # sglang/srt/layers/quantization/awq/awq.py and gptq/gptq.py); "auto" KV is then fp16
+            args["--dtype"] = "float16"
+            if variant.kv == "bf16":
+                args["--kv-cache-dtype"] = "auto"  # SGLang has no float16 choice; auto is the model's
+            keys = keys | {"--dtype"}
+        scales = args.get("--quantization-param-path")
+        if scales and args.get("--kv-cache-dtype") == "fp8_e4m3":
+            validate_kv_scales(scales, model=spec.model, tp_size=int(args.get("--tp-size") or 1))
+        backend = args.get("--attention-backend")
+        if "--enable-deterministic-inference" in args and backend and backend not in DETERMINISTIC_BACKENDS:
+            raise ConfigError(
+                f"--deterministic: SGLang has no batch-invariant kernels for --attention-backend {backend}",
+                fix=f"use one of {', '.join(DETERMINISTIC_BACKENDS)} (or leave it unset), or drop --deterministic",
+            )
+        return LaunchSpec(spec.engine, spec.model, tuple(args.items()), spec.env, keys)
+
+    def plan_notes(self, spec: LaunchSpec) -> list[str]:
+        args = dict(spec.args)
+        notes = super().plan_notes(spec)
+        notes.append(
+            f"--sampling-defaults {args.get('--sampling-defaults')}: no checkpoint's generation_config.json "
+            "sets a chat's temperature, top_p, top_k, min_p or repetition_penalty"
+        )
+        if "--enable-deterministic-inference" in args:
+            notes.append("--enable-deterministic-inference: batch-invariant kernels (--deterministic)")
+        return notes
+
+    def scales_note(self, spec: LaunchSpec) -> str:
+        args = dict(spec.args)
+        path = args.get("--quantization-param-path")
+        if not path:
+            return (
+                "KV scales: none given ([sglang] kv_scales_path): SGLang uses 1.0 on every layer; the scale "
+                "used is read back from the log at launch and recorded"
+            )
+        found = validate_kv_scales(path, model=spec.model, tp_size=int(args.get("--tp-size") or 1))
+        return (
+            f"KV scales: --quantization-param-path {path} (checked: {found['layers']} layers, "
+            f"{found['min']:.4g}..{found['max']:.4g}); the scale used is read back from the log at launch"
+        )
 
     # -- launching ---------------------------------------------------------------------------
     def command(self, spec: LaunchSpec, *, port: int, api_key: str) -> list[str]:
@@ -114,6 +186,13 @@ class SGLangEngine(GPUEngine):
         ) as handle:
             handle.info.update(fetch_server_info(handle.base_url, handle.api_key))
             handle.info["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")
+            log = _read(handle.log_path)
+            args = dict(spec.args)
+            if args.get("--kv-cache-dtype") == "fp8_e4m3":
+                handle.info["kv_scales"] = kv_scales_used(log, file=args.get("--quantization-param-path"))
+            found = sglang_capacity(log)
+            if found and found.get("kv_types") and isinstance(handle.info.get("capacity"), dict):
+                handle.info["capacity"]["kv_types"] = found["kv_types"]  # the dtype the pool really has
             yield handle
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> SGLangScorer:

@@ -10,8 +10,12 @@ gives ``input_top_logprobs``, which tells whether each continuation token was gr
 
 The chat template is observed with ``/tokenize`` given ``messages`` (SGLang renders them as a
 chat completion would, then encodes), and ``/detokenize`` with ``skip_special_tokens: false``
-turns the ids back into the rendered text. ``messages`` in ``/tokenize`` exists from SGLang 0.5.15
+turns the ids back into the rendered text. ``messages`` in ``/tokenize`` exists from SGLang 0.5.12
 on (0.5.9 has ``/tokenize`` for text only).
+
+A chat whose last message is the assistant's (the tool_calls suite's prefill) is sent with
+``continue_final_message: true``: without it SGLang turns that message into a *user* message
+(``_handle_last_assistant_message`` in ``sglang/srt/entrypoints/openai/serving_chat.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,22 @@ from evalgate.engines.api import LogLik, Split
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
 
-__all__ = ["SGLangScorer", "loglikelihood_payload", "read_continuation_logprobs"]
+__all__ = [
+    "FLUSH_RETRY_S",
+    "FLUSH_TRIES",
+    "FLUSH_WAIT_S",
+    "SGLangScorer",
+    "continued",
+    "loglikelihood_payload",
+    "read_continuation_logprobs",
+]
+
+FLUSH_WAIT_S = 30.0
+"""How long SGLang may wait for idle before it answers a flush (its ``timeout`` query)."""
+FLUSH_TRIES = 3
+"""Flushes tried before a 400 (busy) is recorded as not flushed."""
+FLUSH_RETRY_S = 1.0
+"""Pause before the second flush (twice that before the third)."""
 
 
 class SGLangScorer(BatchScorer):
@@ -83,7 +102,7 @@ class SGLangScorer(BatchScorer):
         return completion_result(await self.http.post("/v1/completions", payload), stop, self.server)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return check_chat(await self.http.post("/v1/chat/completions", payload), self.server)
+        return check_chat(await self.http.post("/v1/chat/completions", continued(payload)), self.server)
 
     async def render_chat(self, messages: list[dict[str, Any]]) -> str:
         """The prompt SGLang builds for these messages, exactly as a chat completion would."""
@@ -92,32 +111,45 @@ class SGLangScorer(BatchScorer):
         except RequestFailed as exc:
             raise PreflightError(
                 f"SGLang would not render a chat prompt through /tokenize ({exc})",
-                fix="upgrade SGLang to 0.5.15 or newer (its /tokenize accepts messages)",
+                fix="upgrade SGLang to 0.5.12 or newer (its /tokenize accepts messages)",
             ) from exc
         ids = [int(t) for t in data["tokens"]]
         text = await self.http.post("/detokenize", {"tokens": ids, "skip_special_tokens": False})
         return str(text["text"])
 
     # -- server ------------------------------------------------------------------------------
-    async def flush_cache(self) -> bool:
+    async def flush_cache(self) -> str:
         """Empty SGLang's radix (prefix) cache, so one suite's prompts do not warm the next's.
 
-        SGLang answers plain text, and refuses (400) while requests are running: False then."""
-        url = self.handle.base_url.rstrip("/") + "/flush_cache"
+        SGLang 0.5.23 (``/flush_cache`` in ``entrypoints/http_server.py``) answers plain text: 200
+        when flushed, 400 when it would not (requests running, or another flush pending). With
+        ``?timeout=S`` it waits up to S seconds for the server to go idle
+        (``managers/scheduler_components/flush_wrapper.py``); older versions ignore the query. A
+        400 is tried again; 401/403 means the server has an ``--admin-api-key`` evalgate does not
+        hold: nothing to do about it but record it. Returns "flushed" or why not."""
+        url = self.handle.base_url.rstrip("/") + f"/flush_cache?timeout={FLUSH_WAIT_S:g}"
         headers = {"Authorization": f"Bearer {self.handle.api_key}"}
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
-            session.post(url, headers=headers) as resp,
-        ):
-            body = await resp.text(errors="replace")
-        if resp.status == 200:
-            return True
-        if resp.status == 400:
-            return False
-        raise RequestFailed(
-            f"POST /flush_cache answered HTTP {resp.status}: {body[:200]}",
-            fix="check the API key and that this is an SGLang server",
-        )
+        body = ""
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FLUSH_WAIT_S + 60)) as session:
+            for attempt in range(FLUSH_TRIES):
+                if attempt:
+                    await asyncio.sleep(FLUSH_RETRY_S * attempt)
+                async with session.post(url, headers=headers) as resp:
+                    body = " ".join((await resp.text(errors="replace")).split())[:160]
+                    status = resp.status
+                if status == 200:
+                    return "flushed"
+                if status in (401, 403):
+                    return (
+                        f"cannot flush: HTTP {status} (the server has an --admin-api-key); the suite "
+                        "ran on a warm prefix cache, which changes speed, not scores"
+                    )
+                if status != 400:
+                    raise RequestFailed(
+                        f"POST /flush_cache answered HTTP {status}: {body}",
+                        fix="check the API key and that this is an SGLang server",
+                    )
+        return f"not flushed: HTTP 400 {FLUSH_TRIES} times ({body or 'no reason given'})"
 
     async def server_info(self) -> dict[str, Any]:
         """``/server_info`` (``/get_server_info`` before SGLang 0.5.15), secrets masked."""
@@ -128,6 +160,15 @@ class SGLangScorer(BatchScorer):
                 fix="check the API key and that this is an SGLang server",
             )
         return parse_server_info(raw, [self.handle.api_key])
+
+
+def continued(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with ``continue_final_message`` when its last message is the assistant's (a
+    prefill to continue), so SGLang does not make it a user message; otherwise as it is."""
+    messages = payload.get("messages") or []
+    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+        return {**payload, "continue_final_message": True}
+    return payload
 
 
 def loglikelihood_payload(splits: Sequence[tuple[list[int], list[int]]]) -> dict[str, Any]:

@@ -31,6 +31,15 @@ def _last_exception(log: str) -> str:
 
 RULES: tuple[Rule, ...] = (
     Rule(
+        # the activation dtypes a quant method's kernels accept (vLLM's get_supported_act_dtypes)
+        r"(torch\.\w+) is not supported for quantization method (\w+)\. Supported dtypes: (\[[^\]]*\])",
+        lambda m, log: (
+            f"vLLM's {m[2]} kernels take {m[3]} activations, not {m[1]} (plain AWQ/GPTQ run in float16; "
+            f"their Marlin kernels also take bfloat16): give that variant args = {{'--dtype' = 'float16'}} in "
+            f"evalgate.toml, or let vLLM pick the Marlin kernel (drop a forced --quantization {m[2]})"
+        ),
+    ),
+    Rule(
         r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired "
         r"GPU memory utilization \(([\d.]+)",
         lambda m, log: (

@@ -1,11 +1,16 @@
 """vLLM (``vllm serve``): a GPU engine (README.md, "Engines": the variant table).
 
-Variants become flags: ``bf16`` is ``--dtype bfloat16``, ``fp8kv`` adds ``--kv-cache-dtype fp8_e4m3``
-(KV scales from the checkpoint, else 1.0), ``fp8`` adds ``--quantization fp8`` unless the checkpoint
+Variants become flags: ``bf16`` is ``--dtype bfloat16 --kv-cache-dtype bfloat16`` (never ``auto``,
+which a ModelOpt checkpoint's ``kv_cache_quant_algo`` turns into FP8), ``fp8kv`` sets
+``--kv-cache-dtype fp8_e4m3`` (KV scales from the checkpoint, else 1.0: read back from the log and
+recorded, from the warning "Using KV cache scaling factor 1.0" of 0.33.0's
+``model_executor/layers/quantization/kv_cache.py``; 0.33 has no ``--calculate-kv-scales``), ``fp8`` adds ``--quantization fp8`` unless the checkpoint
 is already quantized (vLLM refuses a --quantization that disagrees with config.json), and ``int4``
 needs an INT4 checkpoint whose method vLLM reads from its config.json. Everything else comes from
 the ``[vllm]`` section (``VLLMConfig``) and is therefore equal on both arms; ``--generation-config vllm`` keeps each
 checkpoint's generation_config.json (e.g. a repetition penalty) out of the sampling defaults.
+``[vllm] deterministic`` (``--deterministic``) sets ``VLLM_BATCH_INVARIANT=1`` on both arms:
+batch-invariant kernels, so a prompt's logprobs do not depend on what else is batched with it.
 
 Readiness is ``/health``, then ``/v1/models`` with the key (it names the served model); the
 server's ``/version`` and the KV pool from its log ("GPU KV cache size: N tokens", "Maximum
@@ -25,7 +30,8 @@ from typing import Any
 import httpx
 
 from evalgate.config import VLLMConfig
-from evalgate.engines._gpu import GPUEngine
+from evalgate.engines._gpu import GPUEngine, fp16_only_method
+from evalgate.engines._kv_scales import kv_scales_used
 from evalgate.engines._launcher import ServerHandle, launch_server, server_command
 from evalgate.engines.vllm import _diagnose
 from evalgate.engines.vllm._capacity import vllm_capacity
@@ -57,7 +63,12 @@ QUANT_KEYS = frozenset(
         "env:CUDA_VISIBLE_DEVICES",
     }
 )
-KV_DTYPES = {"bf16": None, "fp8": "fp8_e4m3"}  # bf16: vLLM's default (auto = the model dtype)
+KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}  # explicit: "auto" may be a checkpoint's FP8
+BATCH_INVARIANT_BACKENDS = ("FLASH_ATTN", "FLEX_ATTENTION", "TRITON_ATTN", "FLASH_ATTN_MLA", "TRITON_MLA")
+"""The attention backends whose ``supports_batch_invariance()`` is true in vLLM 0.33.0
+(``vllm/v1/attention/backends/``); with another, ``validate_configuration`` refuses the backend
+("batch invariance not supported"). On SM80 vLLM swaps in Triton matmuls, on SM90+ it turns off
+split-k (``model_executor/determinism/batch_invariant.py``)."""
 _SETTINGS = "evalgate.toml [vllm]"
 
 
@@ -69,6 +80,7 @@ class VLLMEngine(GPUEngine):
     model_setting = f"model in {_SETTINGS}"
     bf16_fix = f"point model in {_SETTINGS} at the unquantized BF16 checkpoint"
     int4_mismatch = "{model} is quantized with {quant_method!r}, not a 4-bit weight method"
+    tool_parser_flags = ("--enable-auto-tool-choice", "--tool-call-parser")
     config: VLLMConfig
 
     def __init__(self, config: VLLMConfig | None = None) -> None:
@@ -107,6 +119,31 @@ class VLLMEngine(GPUEngine):
             args["--tool-call-parser"] = s.tool_call_parser
         return args
 
+    def launch_spec(self, variant: Variant) -> LaunchSpec:
+        """GPUEngine's spec, then fp16 for AWQ/GPTQ kernels that take nothing else, and the
+        batch-invariant switch (an environment variable, so it is compared like the flags)."""
+        spec = super().launch_spec(variant)
+        args, env, keys = dict(spec.args), dict(spec.env), spec.quant_keys
+        if fp16_only_method(args.get("--quantization") or args.get("-q")) and "--dtype" not in dict(
+            variant.args
+        ):
+            # vLLM's awq and gptq kernels: get_supported_act_dtypes() == [torch.half]
+            args["--dtype"] = "float16"
+            if variant.kv == "bf16":
+                args["--kv-cache-dtype"] = "float16"
+            keys = keys | {"--dtype"}
+        if self.config.deterministic:
+            env.setdefault("VLLM_BATCH_INVARIANT", "1")
+        if env.get("VLLM_BATCH_INVARIANT") == "1":
+            backend = args.get("--attention-backend") or env.get("VLLM_ATTENTION_BACKEND")
+            if backend and backend.upper() not in BATCH_INVARIANT_BACKENDS:
+                raise ConfigError(
+                    f"--deterministic: vLLM's attention backend {backend} has no batch-invariant mode, so "
+                    "vLLM would refuse to start",
+                    fix=f"use one of {', '.join(BATCH_INVARIANT_BACKENDS)} (or leave it unset), or drop --deterministic",
+                )
+        return LaunchSpec(spec.engine, spec.model, tuple(args.items()), tuple(sorted(env.items())), keys)
+
     # -- launching ---------------------------------------------------------------------------
     def command(self, spec: LaunchSpec, *, port: int, api_key: str) -> list[str]:
         """The exact launch command for ``spec``; a fresh list every call."""
@@ -141,7 +178,10 @@ class VLLMEngine(GPUEngine):
                 pgid = handle.process.pid if handle.process else None  # its own group (new session)
                 handle.info.update(seen)
                 handle.info["vllm_version"] = _server_version(handle.base_url)
-                handle.info["kv_capacity"] = vllm_capacity(handle.log_path.read_text(errors="replace"))
+                log = handle.log_path.read_text(errors="replace")
+                handle.info["kv_capacity"] = vllm_capacity(log)
+                if (dict(spec.args).get("--kv-cache-dtype") or "").startswith("fp8"):
+                    handle.info["kv_scales"] = kv_scales_used(log, file=None)  # the checkpoint's, or 1.0
                 handle.info["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")
                 yield handle
         finally:

@@ -9,6 +9,17 @@ means greedy. A question's choices go as one list of prompts, answered in order 
 The chat template is observed with ``/tokenize`` given ``messages`` (rendered as a chat completion
 would be, then encoded) and ``/detokenize``, which keeps special tokens. vLLM's ``/tokenize``,
 ``/detokenize``, ``/health`` and ``/version`` are not behind the API key; ``/v1/*`` is.
+
+A chat ending in the assistant's message (the tool_calls prefill) is sent with
+``continue_final_message: true`` and ``add_generation_prompt: false``. Without the first, vLLM opens
+a new assistant turn after the prefill; the first with the default ``add_generation_prompt: true``
+is refused, by the request's validator when both are sent ("Cannot set both", 0.33.0
+``chat_completion/protocol.py`` ``check_generation_prompt``) and by the tokenizer's
+``apply_chat_template`` when only the first is.
+
+Speed, not scores: ``prompt_logprobs`` turns off reading the prefix cache for the request
+(0.33.0 ``sampling_params.py``: ``skip_reading_prefix_cache``), so the choices of one question each
+prefill their context again.
 """
 
 from __future__ import annotations
@@ -153,6 +164,9 @@ class VLLMScorer(BatchScorer):
         return completion_result(data, stop, self.server)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        messages = payload.get("messages") or []
+        if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+            payload = {**payload, "continue_final_message": True, "add_generation_prompt": False}
         return check_chat(
             await self.http.post("/v1/chat/completions", self._with_model(payload)), self.server
         )
