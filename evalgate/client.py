@@ -72,8 +72,13 @@ class HttpClient:
         # aiohttp, not httpx: on an instant server httpx costs ~1.2 ms of CPU per request against
         # aiohttp's ~0.2 ms (benchmarks/harness_overhead.py). Made lazily: it needs a running loop.
         self._http: aiohttp.ClientSession | None = None
+        self._closed = False
 
     def _session(self) -> aiohttp.ClientSession:
+        if self._closed:  # a session opened now would never be closed ("Unclosed client session")
+            raise RequestFailed(
+                f"the client of {redact_url(self.base_url)} is closed; nothing was sent", fix=""
+            )
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(
                 headers=self._headers,
@@ -86,6 +91,7 @@ class HttpClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._closed = True
         if self._http is not None:
             await self._http.close()
 

@@ -14,7 +14,13 @@ from typing import Any
 
 from evalgate.variants import Variant
 
-__all__ = ["installed", "kernel_check_for", "kernel_failures"]
+__all__ = ["KERNELS_EXTRA", "installed", "kernel_check_for", "kernel_failures"]
+
+KERNELS_EXTRA = (
+    "the [kernels] extra brings torch and triton: pip install 'evalgate[kernels]' "
+    "(in a checkout: pip install -e '.[kernels]')"
+)
+"""How to get what the check needs, as a skipped check's note says it."""
 
 
 def installed(module: str) -> bool:
@@ -41,7 +47,7 @@ def kernel_check_for(candidate: Variant, *, skip: bool = False) -> dict[str, Any
     if missing:
         return {
             "kernels": names,
-            "skipped": f"{', '.join(missing)} not installed (pip install 'evalgate[kernels]')",
+            "skipped": f"{', '.join(missing)} not installed; {KERNELS_EXTRA}",
         }
     from evalgate.kernels.check import run_check
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from evalgate.client import RetryPolicy
 from evalgate.config import EvalgateConfig
 from evalgate.engines import Engine, get_engine
+from evalgate.engines._launcher import require_input_files
 from evalgate.engines.attach import ExternalEngine, require_two_servers
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
@@ -115,6 +116,7 @@ def _plan(
     specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
     if req.aa:  # the baseline launched a second time: the noise floor
         variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
+    require_input_files(specs)  # a --chat-template-file that is not there: exit 2, not a failed start
     require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
     engine.check_pair(allow=req.allow_diff)  # attach mode: the settings the servers report
     registry = default_registry()
@@ -168,6 +170,8 @@ def _plan(
             manifest.sequential = old.sequential
         if old.throughput:  # compare --with-throughput: arms already swept are not swept again
             manifest.throughput = old.throughput
+        if old.kernel_check:  # the check the run ran or skipped (--skip-kernel-check) is kept
+            manifest.kernel_check = old.kernel_check
     plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, manifest, variants)
     plan.retry = RetryPolicy(
         attempts=req.tries or cfg.client.tries,

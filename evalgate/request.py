@@ -171,6 +171,10 @@ class CompareRequest(BaseModel):
     deadline_s: Annotated[
         float | None, Flag(name="deadline", metavar="SECONDS", default_text="[client] deadline_s, none")
     ] = Field(None, description="seconds the whole run may take; then exit 3, records kept for --resume")
+    skip_kernel_check: bool = Field(
+        False,
+        description="do not run the candidate's kernel numerics check first (recorded: a --resume skips it too)",
+    )
     reveal_private: bool = Field(
         False, description="write private exam prompts, answers and responses into records and reports"
     )

@@ -7,14 +7,21 @@ point), ``/apply-template``, and ``/v1/completions`` both for forced-token log-l
 token-id grammar evalgate sends; every forced token scores -1) and for generation, plus
 ``/v1/chat/completions``. Its first ``grace`` scoring requests (the preflight's six probes) are
 answered well; from then on it answers per ``mode`` (``MODES``). Every request is recorded
-(path and JSON body) in ``seen``. Deterministic: no randomness, no clock.
+(path and JSON body) in ``seen``. Deterministic: no randomness, no clock (``delay_s`` only
+slows every POST, so a test can stop a run while requests are in flight).
+
+``python tests/hostile_server.py MODE [--delay S] [--answer TEXT]`` serves one stub in its own
+process on a free loopback port and prints its URL: a server a test can kill like a real one.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import hashlib
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +69,8 @@ class Hostile:
     """Generation and chat text in the good modes."""
     grace: int = 6
     """Scoring requests answered well before ``mode`` applies (the preflight's probes)."""
+    delay_s: float = 0.0
+    """Seconds every POST waits before it is answered."""
     url: str = ""
     seen: list[tuple[str, Any]] = field(default_factory=list)
     scoring: int = 0
@@ -95,6 +104,8 @@ def hostile_app(h: Hostile) -> web.Application:
     async def read(request: web.Request) -> Any:
         body = await request.json() if request.can_read_body else None
         h.seen.append((request.path, body))
+        if h.delay_s and request.method == "POST":
+            await asyncio.sleep(h.delay_s)
         return body
 
     def const(data: dict[str, Any]) -> Any:
@@ -191,3 +202,25 @@ def hostile_app(h: Hostile) -> web.Application:
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat)
     return app
+
+
+async def _serve(h: Hostile) -> None:
+    runner = web.AppRunner(hostile_app(h))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    print(f"http://127.0.0.1:{runner.addresses[0][1]}", flush=True)
+    await asyncio.Event().wait()  # until killed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="serve one hostile llama-server stub until killed")
+    parser.add_argument("mode", choices=MODES)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds every POST waits")
+    parser.add_argument("--answer", default=Hostile.answer)
+    args = parser.parse_args(argv)
+    asyncio.run(_serve(Hostile(args.mode, answer=args.answer, delay_s=args.delay)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -211,6 +211,8 @@ def test_script_and_bidi_answers_are_scored_as_text_and_escaped(
     assert responses and all(r == SCRIPT for r in responses)  # kept verbatim in the records
     html = (out / "report.html").read_text(encoding="utf-8")
     assert '<script>alert("x")</script>' not in html and "<img src=x" not in html
+    assert "\u202e" not in html and "\\u202e\\u2066" in html  # shown escaped, never obeyed
+    assert "\u202e" not in printed
 
 
 # -- the real command line: exit 3 and no traceback --------------------------------------------

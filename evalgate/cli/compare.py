@@ -1,8 +1,8 @@
 """``evalgate compare``: run the same items on a baseline and a candidate server and gate.
 
 The request's flags are built from the fields of ``evalgate.request.CompareRequest`` (one
-declaration per option; see ``evalgate.cli._flags``); ``--config``, ``--skip-kernel-check`` and
-``--github`` only steer this command. Flags default to None here so that ``--resume RUN_DIR``
+declaration per option; see ``evalgate.cli._flags``); ``--config`` and ``--github`` only steer
+this command. Flags default to None here so that ``--resume RUN_DIR``
 can tell what the user typed from what the original run recorded.
 """
 
@@ -41,11 +41,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     add_model_flags(p, CompareRequest)
     p.add_argument("--config", type=Path, help="evalgate.toml (default: ./evalgate.toml if present)")
-    p.add_argument(
-        "--skip-kernel-check",
-        action="store_true",
-        help="do not run the candidate's kernel numerics check first",
-    )
     p.add_argument(
         "--github",
         action="store_true",
@@ -161,7 +156,10 @@ def _run(args: argparse.Namespace, plan: RunPlan, console: Console) -> int:
         f"run {plan.run_id}: {req.baseline} vs {req.candidate} on {plan.engine.name}, "
         f"suites {', '.join(req.suites)} -> {plan.run_dir}"
     )
-    check = kernel_check_for(plan.variants["candidate"], skip=bool(args.skip_kernel_check))
+    # a resumed run keeps the check it ran or skipped (the manifest), else asks the request
+    check = plan.manifest.kernel_check or kernel_check_for(
+        plan.variants["candidate"], skip=req.skip_kernel_check
+    )
     if check is not None:
         plan.manifest.kernel_check = check
         plan.save()

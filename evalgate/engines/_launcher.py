@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalgate.client import RetryPolicy
-from evalgate.errors import ServerDied, ServerStartError
+from evalgate.errors import ConfigError, ServerDied, ServerStartError
 from evalgate.variants import LaunchSpec
 
 if TYPE_CHECKING:
     from evalgate.engines.api import Engine
 
 __all__ = [
+    "INPUT_FILE_FLAGS",
     "SIGNAL_CAUSES",
     "ServerHandle",
     "describe_exit",
@@ -41,6 +42,7 @@ __all__ = [
     "mask",
     "new_api_key",
     "port_in_use",
+    "require_input_files",
     "run_process",
     "server_address",
     "server_command",
@@ -117,6 +119,12 @@ class ServerHandle:
     diagnose_signal: SignalDiagnosis | None = None
     retry: RetryPolicy | None = None
     """The run's request timeout and tries; the compare loop sets it before making the scorer."""
+
+    @property
+    def launched(self) -> bool:
+        """Whether evalgate started this server, so that its install is evalgate's to fix (an
+        attached server's is its owner's: a fix never says to upgrade evalgate's engine for it)."""
+        return self.process is not None
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
@@ -278,6 +286,29 @@ def flags(args: Sequence[tuple[str, str | None]]) -> list[str]:
     for key, value in args:
         out += [key] if value is None else [key, value]
     return out
+
+
+# Launch flags whose value is a file the server reads at startup (llama-server's common/arg.cpp;
+# vLLM's and SGLang's uvicorn TLS files). llama-server reports a missing one as "error while
+# handling argument", which reads like a flag it does not know; checked before any server starts.
+INPUT_FILE_FLAGS = frozenset(
+    "--chat-template-file --grammar-file --json-schema-file --api-key-file --ssl-key-file "
+    "--ssl-cert-file --ssl-keyfile --ssl-certfile --lora --control-vector --mmproj".split()
+)
+
+
+def require_input_files(specs: Mapping[str, LaunchSpec]) -> None:
+    """Refuse (exit 2) a launch flag that names a file that is not there, naming the arm, the flag
+    and the path, before any server starts (relative paths are from where evalgate runs)."""
+    for arm, spec in specs.items():
+        for key, value in spec.args:
+            if key in INPUT_FILE_FLAGS and value and not Path(value).expanduser().is_file():
+                where = Path(value).expanduser()
+                raise ConfigError(
+                    f"the {arm}'s {key} names {value}, which is not a file"
+                    + ("" if where.is_absolute() else f" (looked for {where.absolute()})"),
+                    fix=f"correct the path of {key} in evalgate.toml [variants] args, or create the file",
+                )
 
 
 def server_command(

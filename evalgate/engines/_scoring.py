@@ -162,6 +162,16 @@ class TokenCache:
                 self._futures.pop(text, None)
             raise
 
+    async def aclose(self) -> None:
+        """Cancel the requests still in flight and collect every outcome. When a run stops (a
+        server died), their waiters are cancelled but the shielded requests are not: left alone,
+        one would reopen the closed client's session and leave it unclosed."""
+        pending = list(self._futures.values())
+        self._futures.clear()
+        for fut in pending:
+            fut.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
 
 def lm_eval_split(context: str, continuation: str) -> tuple[str, str]:
     """lm-eval's rule: the context's trailing whitespace moves to the start of the continuation."""
@@ -191,6 +201,7 @@ class BatchScorer(Scorer):
         self._tokens = TokenCache(self._tokenize)
 
     async def aclose(self) -> None:
+        await self._tokens.aclose()
         await self.http.__aexit__()
 
     async def _tokenize(self, text: str) -> list[int]:

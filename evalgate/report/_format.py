@@ -1,5 +1,6 @@
 """Number and text formatting shared by every renderer, so HTML, Markdown and JUnit agree digit
-for digit, and text from models or users can never break the document it is written into.
+for digit, and text from models or users can never break the document it is written into, nor
+read differently from what it holds (bidirectional controls are shown, not obeyed).
 """
 
 from __future__ import annotations
@@ -8,17 +9,28 @@ import json
 import re
 from typing import Any
 
-__all__ = ["ci", "clean", "compact", "mde", "p", "pct", "points", "score", "tail"]
+__all__ = ["BIDI", "ci", "clean", "compact", "mde", "p", "pct", "points", "score", "show_bidi", "tail"]
 
 # Code points that HTML5 parsers flag and XML 1.0 forbids (C0/C1 controls except tab and
 # newline, lone surrogates from JSON "\ud800" escapes, and the noncharacters).
 _BAD = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]")
+# Bidirectional controls: embeddings and overrides (U+202A-U+202E), isolates (U+2066-U+2069) and
+# the marks (U+200E, U+200F, U+061C). Obeyed, they make a reviewer read text in another order
+# than it is stored ("Trojan Source", CVE-2021-42574): a reversed answer, a hidden suffix.
+BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def show_bidi(text: str) -> str:
+    """Each bidirectional control as its visible escape (``\\u202e``), so it reads as stored."""
+    return BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def clean(text: str) -> str:
-    """Text that is safe to embed anywhere: line ends normalised, bad code points made visible."""
+    """Text that is safe to embed anywhere: line ends normalised, bad code points and
+    bidirectional controls made visible."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return _BAD.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else "\ufffd", text)
+    text = _BAD.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else "\ufffd", text)
+    return show_bidi(text)
 
 
 def compact(value: Any) -> str:

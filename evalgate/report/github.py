@@ -15,7 +15,8 @@ without the composite action. Everything goes through the runner's files and wor
 
 The runner reads annotations from the step's stdout line by line, so every value is escaped the
 way the runner unescapes it: ``%``, CR and LF in messages, plus ``:`` and ``,`` in properties.
-A reason can never end the command line early or start a second command.
+A reason can never end the command line early or start a second command, and a bidirectional
+control in it (a server's error body) is shown as its escape, not obeyed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from evalgate.gate import Verdict
+from evalgate.report._format import show_bidi
 
 __all__ = ["annotations", "enabled", "escape_data", "escape_property", "outputs", "publish"]
 
@@ -47,7 +49,7 @@ def escape_property(text: str) -> str:
 
 
 def _command(kind: str, title: str, message: str) -> str:
-    return f"::{kind} title={escape_property(title)}::{escape_data(message)}"
+    return f"::{kind} title={escape_property(title)}::{escape_data(show_bidi(message))}"
 
 
 def annotations(verdict: Verdict) -> list[str]:

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from evalgate.gate import Row, Verdict
+from evalgate.report._format import show_bidi
 
 __all__ = ["print_verdict"]
 
@@ -59,10 +60,12 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         console.print(agree)
     if verdict.aa:
         console.print("A/A noise floor: " + ", ".join(f"{r.suite} {r.flips:.1%} flips" for r in verdict.aa))
-    # the reason and notes may quote a server ("[/bold]" in an error body): text, never markup
-    console.print(f"[{_STYLE.get(verdict.verdict, 'bold')}]{verdict.verdict}[/]: {escape(verdict.reason)}")
+    # the reason and notes may quote a server ("[/bold]", a U+202E in an error body): text, never
+    # markup, and bidirectional controls shown as escapes
+    style = _STYLE.get(verdict.verdict, "bold")
+    console.print(f"[{style}]{verdict.verdict}[/]: {escape(show_bidi(verdict.reason))}")
     for note in verdict.notes:
-        console.print(f"note: {escape(note)}")
+        console.print(f"note: {escape(show_bidi(note))}")
     if run_dir:
         console.print(f"evidence: {escape(run_dir)}")
 

@@ -34,7 +34,7 @@ from evalgate.suites._base import (
     stable_seed,
 )
 
-__all__ = ["LmEvalSuite", "lm_eval_task_dir"]
+__all__ = ["LmEvalSuite", "lm_eval_task_dir", "load_fix"]
 
 
 def lm_eval_task_dir() -> Path:
@@ -221,8 +221,18 @@ def _load_task(
     except Exception as exc:  # datasets raises many types for missing data
         raise ConfigError(
             f"could not load the lm-eval task {yaml}: {type(exc).__name__}: {exc}",
-            fix="pass --data-dir with a local copy of the data (the Hub may be unreachable)",
+            fix=load_fix(data_dir),
         ) from exc
+
+
+def load_fix(data_dir: str | Path | None) -> str:
+    """What to do when a task's data does not load: the Hub is in question only when it was asked."""
+    if data_dir is not None:
+        return (
+            f"the files under --data-dir {data_dir} were found but could not be read as this task's "
+            "data: check them against shared/data's layout and format (JSON lines), or copy them again"
+        )
+    return "pass --data-dir with a local copy of the data (the Hub may be unreachable)"
 
 
 def build_instances(task: Any, doc: dict[str, Any], doc_id: int, *, seed: int) -> list[Any]:

@@ -11,12 +11,10 @@ See suites/private/README.md.
 
 from __future__ import annotations
 
+import difflib
 import json
-import math
 import re
 import sys
-import unicodedata
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,135 +25,46 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evalgate.config import read_text
 from evalgate.errors import ConfigError
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices
+from evalgate.suites._graders import (
+    REGEX_TIMEOUT_S,
+    Grader,
+    RegexTimeout,
+    choice_index,
+    choice_letter,
+    exact_match,
+    extract_choice,
+    last_number,
+    normalise,
+    numeric_match,
+    parse_number,
+    regex_match,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = [
+__all__ = [  # the graders live in _graders; named here too, where an exam's reader looks for them
+    "EXAM_RULES",
+    "REGEX_TIMEOUT_S",
     "Exam",
     "ExamItem",
+    "Grader",
     "PrivateSuite",
+    "RegexTimeout",
+    "choice_index",
     "choice_letter",
     "exact_match",
+    "extract_choice",
+    "last_number",
     "load_exam",
+    "normalise",
     "numeric_match",
+    "parse_number",
     "private",
     "regex_match",
 ]
-
-Grader = Callable[[str, str], tuple[bool, Any]]
-"""(response, answer) -> (passed, what was extracted from the response)."""
-
-_NUMBER = re.compile(
-    r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|(?<![\w.])[-+]?\.\d+(?:[eE][-+]?\d+)?"
-)
-
-
-def normalise(text: str) -> str:
-    """Unicode NFKC, case-folded, whitespace collapsed, wrapping quotes/markdown and a final
-    sentence mark removed: what ``exact`` compares."""
-    text = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-    text = text.strip("\"'`*_ ")
-    return text.rstrip(".!?;:, ").strip("\"'`*_ ")
-
-
-def exact_match() -> Grader:
-    def grade(response: str, answer: str) -> tuple[bool, Any]:
-        got = normalise(response)
-        return got == normalise(answer), got
-
-    return grade
-
-
-def parse_number(text: str) -> float:
-    return float(text.replace(",", "").lstrip("+"))
-
-
-def last_number(text: str) -> float | None:
-    found = _NUMBER.findall(text)
-    return parse_number(found[-1]) if found else None
-
-
-def numeric_match(rel: float = 1e-6) -> Grader:
-    """The last number in the response, within ``rel`` of the answer (absolute for an answer of 0)."""
-
-    def grade(response: str, answer: str) -> tuple[bool, Any]:
-        got, want = last_number(response), parse_number(answer)
-        if got is None:
-            return False, None
-        return math.isclose(got, want, rel_tol=rel, abs_tol=rel if want == 0 else 0.0), got
-
-    return grade
-
-
-def choice_index(answer: str, choices: list[str]) -> int | None:
-    """An answer given as a letter (A, B, ...) or as the full text of one choice."""
-    a = answer.strip()
-    if len(a) == 1 and a.isalpha() and 0 <= ord(a.upper()) - 65 < len(choices):
-        return ord(a.upper()) - 65
-    texts = [normalise(c) for c in choices]
-    return texts.index(normalise(a)) if normalise(a) in texts else None
-
-
-def extract_choice(response: str, choices: list[str]) -> int | None:
-    """The choice a response picks: the whole response is a choice's text; it opens with a letter
-    ("B", "(B)", "B. ..."); it says "answer is B"; exactly one choice's text appears in it; or
-    exactly one "(B)" / "B)" appears. None when it cannot tell."""
-    letters = "".join(chr(65 + i) for i in range(len(choices)))
-    texts = [normalise(c) for c in choices]
-    said = normalise(response)
-    if said in texts:
-        return texts.index(said)
-    m = re.match(rf"^[\s*_`\"'\[(]*([{letters}])(?:[)\].:*]|\s*$)", response.strip())
-    if m:
-        return letters.index(m.group(1))
-    said_letters = re.findall(rf"(?i:answer|option|choice)\s*(?:is|:)?\s*[\[(*]*([{letters}])\b", response)
-    if said_letters:
-        return letters.index(said_letters[-1])
-    within = [i for i, t in enumerate(texts) if t and re.search(rf"(?<!\w){re.escape(t)}(?!\w)", said)]
-    if len(within) == 1:
-        return within[0]
-    marked = set(re.findall(rf"\(([{letters}])\)|(?<![\w(])([{letters}])\)", response))
-    flat = {a or b for a, b in marked}
-    return letters.index(flat.pop()) if len(flat) == 1 else None
-
-
-def choice_letter(choices: list[str]) -> Grader:
-    def grade(response: str, answer: str) -> tuple[bool, Any]:
-        got = extract_choice(response, choices)
-        return got is not None and got == choice_index(answer, choices), None if got is None else chr(
-            65 + got
-        )
-
-    return grade
-
-
-REGEX_TIMEOUT_S = 1.0
-"""Seconds one regex answer may take on one response: a pattern that backtracks without end
-(``(a+)+$`` on a long run of a's) is an exam error naming the item, not a hung run."""
-
-
-class RegexTimeout(ConfigError):
-    """A regex answer took longer than its limit on a response."""
-
-
-def regex_match(timeout_s: float = REGEX_TIMEOUT_S) -> Grader:
-    """The answer is a regular expression that must match somewhere in the response (``re.search``
-    semantics, run by the ``regex`` package with a time limit)."""
-
-    def grade(response: str, answer: str) -> tuple[bool, Any]:
-        try:
-            m = regex.search(answer, response, timeout=timeout_s)
-        except TimeoutError as exc:
-            raise RegexTimeout(
-                f"the regex answer took more than {timeout_s:g} s on a {len(response)}-character response",
-                fix="simplify the pattern: nested repeats such as (a+)+ backtrack without end on some texts",
-            ) from exc
-        return m is not None, None if m is None else m.group(0)
-
-    return grade
 
 
 @dataclass(frozen=True)
@@ -283,6 +192,34 @@ class ExamConfig(BaseModel):
     temperature: float = Field(0.0, ge=0.0, description="Sampling temperature (0: greedy).")
 
 
+EXAM_RULES = {
+    "name": (
+        "1 to 64 letters, digits, '_', '.' or '-', no spaces (it names the suite private:NAME)",
+        '"my_exam"',
+    ),
+    "system_prompt": ("a string", '"Answer in one word."'),
+    "max_tokens": ("an integer of at least 1", "256"),
+    "temperature": ("a number of at least 0 (0 is greedy)", "0.0"),
+}
+"""Each exam.toml key: the rule its value must follow, as an error states it, and an example."""
+
+
+def _toml_problem(path: Path, error: Any) -> ConfigError:
+    """The rule that failed, for the key it failed on; never the value (the system prompt is private)."""
+    key = ".".join(map(str, error["loc"])) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(key, EXAM_RULES, n=1)
+        return ConfigError(
+            f"{path}: unknown key {key!r}; exam.toml takes only {', '.join(EXAM_RULES)}",
+            fix=(f"did you mean {near[0]}? " if near else "")
+            + "remove or rename it (suites/private/README.md)",
+        )
+    if key not in EXAM_RULES:
+        return ConfigError(f"{path}: {key}: {error['msg']}", fix="see suites/private/README.md")
+    rule, example = EXAM_RULES[key]
+    return ConfigError(f"{path}: {key} must be {rule}", fix=f"for example: {key} = {example}")
+
+
 def _read_toml(path: Path) -> ExamConfig:
     if not path.exists():
         return ExamConfig()
@@ -291,11 +228,7 @@ def _read_toml(path: Path) -> ExamConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", fix="fix the line it names") from exc
     except ValidationError as exc:
-        first = exc.errors()[0]  # loc and msg only: never echo a value (the system prompt is private)
-        raise ConfigError(
-            f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}",
-            fix="allowed keys: name, system_prompt (strings), max_tokens (integer >= 1), temperature (>= 0)",
-        ) from exc
+        raise _toml_problem(path, exc.errors()[0]) from exc
 
 
 def load_exam(path: Path) -> Exam:

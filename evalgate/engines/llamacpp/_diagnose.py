@@ -18,6 +18,13 @@ PORTABLE_CMAKE_ARGS = (
 )
 
 RULES: tuple[Rule, ...] = (
+    Rule(  # a flag's file (common/arg.cpp's read_file): "... "--grammar-file": error: failed to open file 'x'"
+        r"(?i)error while handling argument \"?([^\s\":]+)\"?:.*?failed to open file '([^']*)'",
+        lambda m, log: (
+            f"llama-server could not open the file {m[2]!r} given to {m[1]} (missing or unreadable): "
+            "correct the path in evalgate.toml [variants] args"
+        ),
+    ),
     Rule(
         r"(?i)(?:invalid argument|unknown argument|error while handling argument)[:\s]+(\S+)",
         lambda m, log: (

