@@ -221,7 +221,9 @@ async def _protocol(handle: ServerHandle, engine: SGLangEngine) -> dict[str, Any
             await sgl.chat({"messages": prefill, "max_tokens": 2})  # the scorer continues it
             await sgl.chat({"messages": prefill[:1], "max_tokens": 2})  # sampling left to the defaults
             try:
-                out["probe"] = await probe_tool_call(sgl, prefill=False, server="candidate")
+                # SmolLM2 calls a tool only when its turn is prefilled (the suite's prefill option),
+                # which the scorer continues (continue_final_message) with tool_choice=required
+                out["probe"] = await probe_tool_call(sgl, prefill=True, server="candidate")
             except Exception as exc:  # the message is what is checked
                 out["probe"] = exc
             count = [{"role": "user", "content": "Count from 1 to 100."}]
