@@ -39,7 +39,7 @@ from evalgate.manifest import (
 from evalgate.records import safe_name
 from evalgate.request import CompareRequest
 from evalgate.stats.sequential import DEFAULT_CHUNK, shuffled
-from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, default_registry
+from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, ToolCallSuite, default_registry
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
 __all__ = ["CompareRequest", "RunPlan", "plan_compare"]
@@ -103,8 +103,15 @@ def _plan(
 ) -> RunPlan:
     if not req.resume:
         _require_fresh(run_dir)
-    if req.deterministic:  # recorded in the launch args (-np 1), so a resume keeps it
-        cfg = cfg.model_copy(update={"llamacpp": cfg.llamacpp.model_copy(update={"deterministic": True})})
+    if req.deterministic:  # recorded in the launch args (-np 1, SGLang's flag, vLLM's env): a resume keeps it
+        on = {"deterministic": True}
+        cfg = cfg.model_copy(
+            update={
+                "llamacpp": cfg.llamacpp.model_copy(update=on),
+                "sglang": cfg.sglang.model_copy(update=on),
+                "vllm": cfg.vllm.model_copy(update=on),
+            }
+        )
     engine = _engine(req, cfg)
     old = load_manifest(run_dir) if req.resume else None
     host = engine.settle_host(previous_env=old.launch["baseline"].env if old else None)
@@ -127,6 +134,9 @@ def _plan(
             fix="add it to --suites, or drop its --suite-opt",
         )
     suites = [registry.get(name, options=req.suite_options.get(name)) for name in req.suites]
+    if any(isinstance(s, ToolCallSuite) for s in suites):
+        for arm, spec in specs.items():
+            engine.require_tool_parser(arm, spec)  # else no calls on either arm: a silent PASS
     cap = engine.default_gen_cap(req.preset)  # e.g. llama.cpp's smoke runs: CPU time is short
     if req.max_gen_tokens is None and cap is not None:  # both arms get it; manifest and report say so
         req = req.model_copy(update={"max_gen_tokens": cap})
@@ -201,7 +211,9 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Engine:
         urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
         if not req.same_server_ok:
             require_two_servers(urls["baseline"], urls["candidate"])
-        return ExternalEngine(urls, protocol=req.protocol, deterministic=req.deterministic)
+        return ExternalEngine(
+            urls, protocol=req.protocol, deterministic=req.deterministic, allow_diff=req.allow_diff
+        )
     return get_engine(req.engine or cfg.engine, cfg)
 
 

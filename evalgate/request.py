@@ -142,7 +142,8 @@ class CompareRequest(BaseModel):
     deterministic: bool = Field(
         False,
         description="llamacpp: one slot, one request at a time, no prompt cache, so logprobs are "
-        "bit-identical across runs and resumes (measured as fast on 2 cores; no batching)",
+        "bit-identical across runs and resumes (measured as fast on 2 cores; no batching); sglang: "
+        "--enable-deterministic-inference, vllm: VLLM_BATCH_INVARIANT=1 (batch-invariant kernels), both arms",
     )
     sequential: bool = Field(
         False,

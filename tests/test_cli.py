@@ -114,7 +114,7 @@ def test_compare_flags_are_the_request_models_fields() -> None:
         and "(default: on)" in actions["agreement_gate"].help
     )
     extra = set(actions) - set(CompareRequest.model_fields)
-    assert extra == {"help", "config", "github"}  # steer the command, not the run
+    assert extra == {"help", "config", "github", "dry_run"}  # steer the command, not the run
 
 
 def test_request_from_flags_config_and_suite_opts(tmp_path: Path) -> None:

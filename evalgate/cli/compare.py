@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from rich.console import Console
 
+from evalgate.cli._dry_run import dry_run
 from evalgate.cli._flags import add_model_flags, flag_name, typed_values
 from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
@@ -41,6 +42,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     add_model_flags(p, CompareRequest)
     p.add_argument("--config", type=Path, help="evalgate.toml (default: ./evalgate.toml if present)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print both arms' launch commands (keys masked), what the engine pins on them, and the "
+        "planned items per suite; launch nothing, write nothing",
+    )
     p.add_argument(
         "--github",
         action="store_true",
@@ -142,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     req = request_from_args(args, cfg.suites)
     check_request(req)  # every value, before any item is loaded or server started
+    if args.dry_run:
+        return dry_run(req, cfg, console)
     plan = plan_compare(req, cfg, console)  # holds the run folder's lock
     args.run_dir = plan.run_dir  # where main() saves a traceback, should one happen
     try:
