@@ -142,7 +142,7 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     for row in verdict.suites:
         if row.primary and row.suite in broken:
             row.status, row.reason = "error", broken[row.suite]
-    if broken and verdict.verdict != "ERROR":
+    if broken and not (errors or incomplete):  # the reference's failures are the cause: said before decide's
         verdict.verdict = "ERROR"
         verdict.reason = "; ".join(broken.values())
     failed = kernel_failures(m.kernel_check)

@@ -204,6 +204,9 @@ def test_nothing_to_judge_is_an_error_with_a_one_line_cause() -> None:
     failed = _pairs_of([0.0] * 30, [0.0] * 30, error="HTTP 500")  # --errors-as-wrong: every item failed
     v = decide({"s": (["f1"], failed)}, policy=GatePolicy(errors_as_wrong=True))
     assert v.exit_code == 3 and v.reason == "s: every item failed on the baseline (30 of 30; first: HTTP 500)"
+    cand_only = [Pair(p.item_id, 0, _graded("baseline", i, 1.0), p.candidate) for i, p in enumerate(failed)]
+    v = decide({"s": (["f1"], cand_only)}, policy=GatePolicy(errors_as_wrong=True))  # wrong answers: judged
+    assert v.verdict == "BLOCK"
     ok = decide({"s": (["acc"], pairs(30, 0, 0, 20)), "t": (["acc"], [])}, policy=GatePolicy())
     assert ok.verdict == "ERROR" and [r.status for r in ok.suites] == ["underpowered", "error"]
 

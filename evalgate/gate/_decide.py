@@ -108,7 +108,9 @@ def _problems(
     for suite, (metrics, pairs) in per_suite.items():
         why = check_suite(suite, metrics[0], pairs, kind[suite])
         if why is None and aa_pairs is not None:
-            aa = check_suite(suite, metrics[0], aa_pairs.get(suite, ()), kind[suite])
+            aa = check_suite(
+                suite, metrics[0], aa_pairs.get(suite, ()), kind[suite], references=("baseline", "candidate")
+            )
             why = None if aa is None else f"the A/A pair: {aa}"
         if why is not None:
             out[suite] = why

@@ -56,15 +56,20 @@ def paired_values(pairs: Sequence[Pair], metric: str, kind: str) -> tuple[np.nda
     return np.asarray(b, dtype=float), np.asarray(c, dtype=float), len(pairs) - len(b)
 
 
-def check_suite(suite: str, metric: str, pairs: Sequence[Pair], kind: str) -> str | None:
+def check_suite(
+    suite: str, metric: str, pairs: Sequence[Pair], kind: str, *, references: tuple[str, ...] = ("baseline",)
+) -> str | None:
     """Why this suite's primary metric cannot be judged (one line), or None. A PASS on nothing is
-    the failure this prevents: no items, a renamed or NaN metric, an arm that failed every item."""
+    the failure this prevents: no items, a renamed or NaN metric, a reference arm (``references``:
+    the sides of each pair that must have answered) that failed every item. A candidate that
+    failed every item is no such case: with --errors-as-wrong its failures are wrong answers, and
+    the accuracy and unanswered tests judge them."""
     n = len(pairs)
     if kind not in METRIC_KINDS:
         return f"{suite}: unknown metric kind {kind!r} (expected one of {', '.join(METRIC_KINDS)})"
     if n == 0:
         return f"{suite}: no paired items"
-    for side in ("baseline", "candidate"):
+    for side in references:
         errors = [getattr(p, side).extra.get("error") for p in pairs]
         if all(e is not None for e in errors):
             arm = getattr(pairs[0], side).arm
