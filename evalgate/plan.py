@@ -285,6 +285,7 @@ def _manifest(
                 version=s.version,
                 metrics=list(s.metrics),
                 kind=s.kind,
+                metric_kind=getattr(s, "metric_kind", "binary"),
                 private=s.private,
                 source=s.source(options),
                 n=len(items[s.name]),
