@@ -134,7 +134,14 @@ class GPUEngine(Engine):
         """The KV cache dtype and where an FP8 cache's scales come from."""
         args = dict(spec.args)
         kv = args.get("--kv-cache-dtype")
-        notes = [f"KV cache: --kv-cache-dtype {kv or '(engine default)'}"]
+        why = (
+            "explicit: 'auto' would follow a checkpoint's FP8 KV quant config"
+            if kv in ("bfloat16", "bf16")
+            else "the model dtype"
+            if kv == "auto"
+            else "a quantized KV cache: its scales below"
+        )
+        notes = [f"KV cache: --kv-cache-dtype {kv or '(engine default)'} ({why})"]
         if kv and kv.startswith("fp8"):
             notes.append(self.scales_note(spec))
         if "--dtype" in spec.quant_keys and args.get("--dtype") == "float16":
