@@ -212,7 +212,11 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Engine:
         if not req.same_server_ok:
             require_two_servers(urls["baseline"], urls["candidate"])
         return ExternalEngine(
-            urls, protocol=req.protocol, deterministic=req.deterministic, allow_diff=req.allow_diff
+            urls,
+            protocol=req.protocol,
+            deterministic=req.deterministic,
+            allow_diff=req.allow_diff,
+            same_server_ok=req.same_server_ok,
         )
     return get_engine(req.engine or cfg.engine, cfg)
 

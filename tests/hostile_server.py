@@ -71,6 +71,8 @@ class Hostile:
     """Scoring requests answered well before ``mode`` applies (the preflight's probes)."""
     delay_s: float = 0.0
     """Seconds every POST waits before it is answered."""
+    marker: str = ""
+    """/props ``media_marker``, which llama-server draws at random per start (none when empty)."""
     url: str = ""
     seen: list[tuple[str, Any]] = field(default_factory=list)
     scoring: int = 0
@@ -193,7 +195,7 @@ def hostile_app(h: Hostile) -> web.Application:
 
     app = web.Application(client_max_size=16 * 2**20)
     app.router.add_get("/health", const({"status": "ok"}))
-    app.router.add_get("/props", const(PROPS))
+    app.router.add_get("/props", const({**PROPS, "media_marker": h.marker} if h.marker else PROPS))
     models = {"object": "list", "data": [{"id": "stub", "object": "model", "owned_by": "llamacpp"}]}
     app.router.add_get("/v1/models", const(models))
     app.router.add_post("/tokenize", tokenize)

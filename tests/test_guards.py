@@ -17,10 +17,15 @@ from typing import Any
 import pytest
 
 from evalgate.cli import main
+from evalgate.engines import llamacpp, sglang, vllm
+from evalgate.engines.attach import require_two_instances
 from evalgate.engines.fake import FakeEngine
+from evalgate.errors import ConfigError
 from evalgate.records import RecordStore
 
+from ._background import background_apps
 from ._guards import EXAMPLE, Capture, N, compare, exam
+from .hostile_server import Hostile, hostile_app
 
 __all__ = ["exam"]  # fixtures
 
@@ -94,6 +99,73 @@ def test_one_server_on_both_arms_is_refused(tmp_path: Path, capsys: Capture) -> 
         == 3
     )
     assert "cannot connect" in capsys.readouterr().err  # allowed: on to the (absent) server
+
+
+def test_one_server_behind_two_urls_is_refused_by_its_instance(tmp_path: Path, capsys: Capture) -> None:
+    """A proxy's port in front of the baseline's llama-server: the URLs differ, the random media
+    marker llama-server draws at start (its /props) does not."""
+    apps = background_apps()
+    serve = next(apps)
+    try:
+        one = f"<__media_{'Q81AHLRQ7fzwfNK0vT8mQ5mkKCWUDkhS'}__>"
+        urls = [serve(hostile_app(Hostile(answer="yes", marker=m))) for m in (one, one, one[::-1])]
+        suite = _exam(tmp_path / "exam")
+        argv = [
+            "compare",
+            "--baseline",
+            "bf16",
+            "--candidate",
+            "fp8kv",
+            "--skip-kernel-check",
+            "--suites",
+            suite,
+        ]
+        same = ["--baseline-url", urls[0], "--candidate-url", urls[1]]
+        assert main([*argv, *same, "--out", str(tmp_path / "r1")]) == 2
+        err = capsys.readouterr().err
+        assert f"--baseline-url {urls[0]} and --candidate-url {urls[1]} reach one llamacpp server" in err
+        assert "--same-server-ok" in err and not (tmp_path / "r1" / "items").exists()
+        assert main([*argv, *same, "--out", str(tmp_path / "r2"), "--same-server-ok"]) == 0  # an A/A check
+        other = ["--baseline-url", urls[0], "--candidate-url", urls[2]]
+        assert main([*argv, *other, "--out", str(tmp_path / "r3")]) == 0  # two servers
+        marker = json.loads((tmp_path / "r3" / "manifest.json").read_text())
+        assert one not in json.dumps(marker)  # recorded as a digest, never the marker itself
+    finally:
+        apps.close()
+
+
+def test_which_engines_report_an_instance() -> None:
+    props = {"total_slots": 1, "default_generation_settings": {"n_ctx": 512}}
+    fp = llamacpp.DIALECT.fingerprint(
+        {**props, "media_marker": "<__media_ymt4EvWajNYqWhsMy1TMXphTs8W3kVk6__>"}, []
+    )
+    assert llamacpp.DIALECT.instance(fp) and len(fp["instance_sha256"]) == 16
+    for legacy in ("<__media__>", None):  # older builds, or LLAMA_MEDIA_MARKER pinned to the default
+        assert (
+            llamacpp.DIALECT.instance(llamacpp.DIALECT.fingerprint({**props, "media_marker": legacy}, []))
+            is None
+        )
+    args = {"model_path": "m", "port": 30000, "random_seed": 81234567}
+    a = sglang.DIALECT.fingerprint({**args, "version": "0.5.23"}, [])
+    b = sglang.DIALECT.fingerprint({**args, "random_seed": 7, "version": "0.5.23"}, [])
+    assert sglang.DIALECT.instance(a) == sglang.DIALECT.instance(dict(a)) != sglang.DIALECT.instance(b)
+    assert vllm.DIALECT.instance(vllm.DIALECT.fingerprint({"version": "0.11"}, [{"root": "m"}])) is None
+    with pytest.raises(ConfigError, match="reach one sglang server"):
+        require_two_instances(
+            {**a, "url": "http://h:1", "protocol": "sglang"}, {**a, "url": "http://h:2", "protocol": "sglang"}
+        )
+    require_two_instances(
+        {**a, "url": "http://h:1", "protocol": "sglang"}, {**b, "url": "http://h:2", "protocol": "sglang"}
+    )
+
+
+def _exam(folder: Path) -> str:
+    folder.mkdir()
+    rows = [
+        {"id": f"q{i}", "prompt": f"Is {i} a number?", "answer": "yes", "grader": "exact"} for i in range(6)
+    ]
+    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f"private:{folder}"
 
 
 def test_url_credentials_never_reach_the_terminal(tmp_path: Path, capsys: Capture) -> None:

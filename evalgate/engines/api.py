@@ -182,3 +182,6 @@ class AttachDialect:
     """Settings that differ between replicas of one deployment: never compared."""
     quant_keys: frozenset[str] = frozenset()
     """Settings that may differ between the arms (besides the model and kernel backends)."""
+    instance: Callable[[Mapping[str, Any]], str | None] = lambda fp: None
+    """What tells this running server from every other, read from its fingerprint, or None where
+    the engine reports nothing of the kind: two URLs with one instance reach one server."""

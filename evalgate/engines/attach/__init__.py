@@ -12,6 +12,7 @@ from evalgate.engines.attach._fingerprint import (
     fingerprint,
     normalize_url,
     require_attached_pair,
+    require_two_instances,
     require_two_servers,
     server_identity,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "normalize_url",
     "preflight_all",
     "require_attached_pair",
+    "require_two_instances",
     "require_two_servers",
     "server_identity",
     "shard_index",

@@ -30,6 +30,7 @@ from evalgate.engines.attach._fingerprint import (
     fingerprint,
     normalize_url,
     require_attached_pair,
+    require_two_instances,
 )
 from evalgate.engines.attach._sharded import ShardedScorer
 from evalgate.errors import ConfigError
@@ -70,6 +71,7 @@ class ExternalEngine(Engine):
         timeout_s: float = 10.0,
         deterministic: bool = False,
         allow_diff: Iterable[str] = (),
+        same_server_ok: bool = False,
     ) -> None:
         if protocol not in ("auto", *PROTOCOLS):
             raise ConfigError(
@@ -93,6 +95,8 @@ class ExternalEngine(Engine):
         """One request at a time per URL and, on llama-server, no prompt cache (see --deterministic)."""
         self.allow_diff = frozenset(allow_diff)
         """Settings allowed to differ (--allow-diff): between the arms, and between one arm's URLs."""
+        self.same_server_ok = same_server_ok
+        """--same-server-ok: both arms may reach one running server (an A/A check of the harness)."""
         self._info: dict[str, dict[str, Any]] = {}
 
     def urls_for(self, arm: str) -> list[str]:
@@ -170,9 +174,10 @@ class ExternalEngine(Engine):
         """Refuse (exit 2, with the diff) attached arms whose read-back settings differ beyond
         quantization: the LaunchSpecs of attached arms hold no settings to compare."""
         self.allow_diff = self.allow_diff | frozenset(allow)
-        require_attached_pair(
-            self.attach_info("baseline"), self.attach_info("candidate"), allow=self.allow_diff
-        )
+        base, cand = self.attach_info("baseline"), self.attach_info("candidate")
+        if not self.same_server_ok:  # one server behind two URLs (a proxy port): no pair either
+            require_two_instances(base, cand)
+        require_attached_pair(base, cand, allow=self.allow_diff)
 
     def launch_command(self, spec: LaunchSpec, *, name: str, port: int, api_key: str) -> list[str]:
         """Nothing is launched: the arm's URLs (credentials masked), read back at run time."""

@@ -88,6 +88,28 @@ def require_two_servers(baseline: Sequence[str], candidate: Sequence[str]) -> No
         )
 
 
+def require_two_instances(base_info: Mapping[str, Any], cand_info: Mapping[str, Any]) -> None:
+    """Refuse (exit 2) arms whose URLs differ but reach one running server, as its engine reports
+    it (``AttachDialect.instance``: llama-server's random media marker, SGLang's random seed with
+    every server arg): a proxy's port, a DNS alias, another address of the host. vLLM reports
+    nothing of the kind, so there only the URLs tell (``require_two_servers``)."""
+    seen: dict[str, str] = {}
+    for fp in _servers(base_info):
+        key = dialect_of(fp).instance(fp)
+        if key is not None:
+            seen[key] = str(fp["url"])
+    for fp in _servers(cand_info):
+        key = dialect_of(fp).instance(fp)
+        if key is not None and key in seen:
+            raise ConfigError(
+                f"--baseline-url {redact_url(seen[key])} and --candidate-url {redact_url(str(fp['url']))} "
+                f"reach one {fp['protocol']} server (both report the same instance), so the pair compares "
+                "that server with itself and would pass whatever the candidate is",
+                fix="point --candidate-url at the candidate's own server; to check the harness against one "
+                "server on purpose (an A/A run), add --same-server-ok",
+            )
+
+
 class _Probe:
     """GETs against one URL; answers None for 'not this endpoint', raises for anything else."""
 

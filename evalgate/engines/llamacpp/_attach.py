@@ -1,9 +1,11 @@
 """Attach mode's reading of a running llama-server: ``/props`` proves it is one, and holds the
-settings two arms must share (context per slot, slots, chat template, sampling defaults)."""
+settings two arms must share (context per slot, slots, chat template, sampling defaults) and
+the marker that tells one running server from another (``media_marker``)."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,10 +22,22 @@ def _read(get: Get) -> dict[str, Any] | None:
     return data if ok else None
 
 
+# llama-server draws its media marker at random on every start (tools/server/server-common.h,
+# ``get_media_marker``: "each time the server restarts, the marker will be different"; since
+# ggml-org/llama.cpp#21962) and reports it in /props; LLAMA_MEDIA_MARKER can pin it, and older
+# builds send the fixed "<__media__>", which tells nothing.
+_RANDOM_MARKER = re.compile(r"<__media_[A-Za-z0-9]{16,}__>")
+
+
 def _fingerprint(data: Mapping[str, Any], cards: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     general = data.get("default_generation_settings") or {}
     template = str(data.get("chat_template") or "")
+    marker = str(data.get("media_marker") or "")
     return {
+        # a digest: the marker itself guards the server's prompts against injected media markers
+        "instance_sha256": (
+            hashlib.sha256(marker.encode()).hexdigest()[:16] if _RANDOM_MARKER.fullmatch(marker) else None
+        ),
         "version": data.get("build_info"),
         "model_path": data.get("model_path"),
         "n_ctx_per_slot": general.get("n_ctx"),
@@ -50,4 +64,6 @@ DIALECT = AttachDialect(
     settings=_settings,
     concurrency=lambda fp: int(fp.get("total_slots") or 4),
     scorer=_scorer,
+    instance=lambda fp: fp.get("instance_sha256"),
+    replica_keys=frozenset({"instance_sha256"}),
 )

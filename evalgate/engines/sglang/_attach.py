@@ -4,6 +4,7 @@ server arg, which the two arms must share beyond quantization."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,6 +39,17 @@ def _fingerprint(data: Mapping[str, Any], cards: Sequence[Mapping[str, Any]]) ->
     return {"version": args.pop("version", None), "server_args": args}
 
 
+def _instance(fp: Mapping[str, Any]) -> str | None:
+    """One running server: SGLang draws ``random_seed`` (30 bits) at start unless --random-seed is
+    given (sglang/srt/server_args.py, ``ServerArgs.__post_init__``) and /server_info reports it
+    with its port (and, from 0.5.23, this launch's ``startup_time``); two URLs whose every server
+    arg is equal, these included, reach one server (or one identical to it, quantization too)."""
+    args = fp.get("server_args") or {}
+    if args.get("random_seed") is None:
+        return None
+    return json.dumps({"version": fp.get("version"), **args}, sort_keys=True, default=str)
+
+
 def _scorer(handle: ServerHandle, *, concurrency: int, seed: int, deterministic: bool) -> SGLangScorer:
     return SGLangScorer(handle, concurrency=concurrency, seed=seed)
 
@@ -50,6 +62,7 @@ DIALECT = AttachDialect(
     settings=lambda fp: dict(fp.get("server_args") or {}),
     concurrency=attached_concurrency,
     scorer=_scorer,
+    instance=_instance,
     # Differ between replicas of one deployment, or between two launches of the same settings:
     # internal ports and addresses, GPU ids, the KV pool measured from free memory at startup,
     # random_seed (SGLang draws one when unset; evalgate seeds each request), and what SGLang
