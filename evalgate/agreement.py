@@ -155,7 +155,10 @@ def agreement_reason(a: AgreementRow) -> str:
         aa = f", A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else ""
         where = f"{a.flip_rate:.1%} {what} ({a.flips}/{a.n}{aa}), budget {a.budget:.1%} ({a.budget_source})"
     if a.significant:
-        text = f"{where}: more than allowed, p = {a.p_value:.3g}, adjusted {a.p_adjusted:.3g}"
+        over = (
+            "more than the budget" if a.aa_excess is None else "more over the A/A rate than the margin allows"
+        )
+        text = f"{where}: {over}, p = {a.p_value:.3g}, adjusted {a.p_adjusted:.3g}"
         if a.aa_excess is None:
             text += f"; {NOISE_HINT}"
     else:

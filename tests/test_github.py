@@ -91,7 +91,7 @@ def test_block_run_publishes_summary_outputs_and_one_error_per_blocking_suite(tm
     assert "significant after Holm" in errors[0] and "54.0%25 of answers flipped (27/50)" in errors[1]
     warnings = [line for line in lines if line.startswith("::warning ")]
     assert warnings == [
-        f"::warning title=evalgate UNDERPOWERED::arc_easy acc: {_row(verdict, 'arc_easy').reason}"
+        f"::warning title=evalgate UNDERPOWERED::arc_easy acc: {escape_data(_row(verdict, 'arc_easy').reason)}"
     ]
     assert len(lines) == 3  # nothing for the reported-only acc_norm row
 
