@@ -221,26 +221,28 @@ def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[str], timeout: fl
 
 
 def test_sigkill_of_evalgate_mid_candidate_then_resume(
-    stubs: Callable[..., str], data_dir: Path, tmp_path: Path
+    stubs: Callable[..., str], exam: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    base, cand = stubs("good", "--delay", "0.02"), stubs("good", "--delay", "0.02")
-    flags = ["--baseline", "bf16", "--candidate", "fp8kv", "--skip-kernel-check", "--suites", "arc_easy",
-             "--limit", "24", "--data-dir", str(data_dir), "--baseline-url", base, "--candidate-url", cand]  # fmt: skip
+    """evalgate itself SIGKILLed (no cleanup code runs; its lock goes with it) while the candidate's
+    records are written, then resumed: one record per item per arm, the verdict of a whole run."""
+    for arm in ("BASELINE", "CANDIDATE"):
+        monkeypatch.delenv(f"EVALGATE_{arm}_API_KEY", raising=False)
+    base, cand = stubs("good", "--delay", "0.1", "--answer", "yes"), stubs("good", "--delay", "0.1")
+    flags = ["--baseline", "bf16", "--candidate", "fp8kv", "--skip-kernel-check", "--suites", f"private:{exam}",
+             "--baseline-url", base, "--candidate-url", cand]  # fmt: skip
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    done = _evalgate("compare", *flags, "--out", str(whole))
-    assert done.wait(120) in (0, 1), done.communicate()
+    expected = main(["compare", *flags, "--out", str(whole)])
+    assert expected in (0, 1)
     proc = _evalgate("compare", *flags, "--out", str(cut))
-    _wait_for_lines(cut / "items" / "arc_easy.candidate.jsonl", 5, proc)
-    proc.send_signal(signal.SIGKILL)  # no cleanup code runs, the run folder's lock goes with it
+    _wait_for_lines(cut / "items" / "private_exam.candidate.jsonl", 5, proc)
+    proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
-    resumed = _evalgate("compare", "--resume", str(cut))
-    out, err = resumed.communicate(timeout=120)
-    assert resumed.returncode == done.returncode, out + err
+    assert not (cut / "verdict.json").exists()
+    assert main(["compare", "--resume", str(cut)]) == expected
     for arm in ("baseline", "candidate"):
-        path = cut / "items" / f"arc_easy.{arm}.jsonl"
-        ids = [json.loads(line)["item_id"] for line in path.read_text(encoding="utf-8").splitlines()]
-        assert len(ids) == len(set(ids)) == 24
+        assert sorted(r["item_id"] for r in lines(cut, arm)) == sorted(f"q{i}" for i in range(N))
     assert (cut / "verdict.json").read_bytes() == (whole / "verdict.json").read_bytes()
+    assert decision(cut)["verdict"] == "BLOCK"  # the candidate answers "The answer is 7." to "yes"
 
 
 def test_a_server_killed_mid_run_is_named_and_leaves_no_unclosed_session(
