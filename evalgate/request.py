@@ -100,6 +100,14 @@ class CompareRequest(BaseModel):
     candidate_url: Annotated[tuple[str, ...], Flag(metavar="URL[,URL...]", listed=",")] = Field(
         (), description="attach to candidate server(s); API key from EVALGATE_CANDIDATE_API_KEY"
     )
+    baseline_samples: Annotated[tuple[Path, ...], Flag(metavar="PATH", listed="append")] = Field(
+        (),
+        description="gate two lm-eval runs instead of servers: the baseline's --log_samples output "
+        "(its --output_path folder, or samples_*.jsonl files; repeatable)",
+    )
+    candidate_samples: Annotated[tuple[Path, ...], Flag(metavar="PATH", listed="append")] = Field(
+        (), description="the candidate's lm-eval --log_samples output (with --baseline-samples)"
+    )
     protocol: Protocol = Field(
         "auto", description="attach mode: the servers' engine, or auto to detect it from their endpoints"
     )

@@ -9,6 +9,7 @@ can tell what the user typed from what the original run recorded.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     req = request_from_args(args, cfg.suites)
     check_request(req)  # every value, before any item is loaded or server started
+    if req.baseline_samples or req.candidate_samples:  # lm-eval runs that already happened
+        return _imported(args, req, console)
     if args.dry_run:
         return dry_run(req, cfg, console)
     plan = plan_compare(req, cfg, console)  # holds the run folder's lock
@@ -189,4 +192,25 @@ def _run(args: argparse.Namespace, plan: RunPlan, console: Console) -> int:
     print_verdict(verdict, console, run_dir=str(plan.run_dir))
     if github.enabled(args.github):
         github.publish(plan.run_dir, verdict)
+    return verdict.exit_code
+
+
+def _imported(args: argparse.Namespace, req: CompareRequest, console: Console) -> int:
+    """Gate two lm-eval ``--log_samples`` runs: import them as a run folder, then the usual verdict."""
+    from evalgate.samples import import_samples
+
+    typed = typed_values(args, CompareRequest)
+    for arm in ("baseline", "candidate"):  # a variant name means nothing here: name the arm by its run
+        paths = getattr(req, f"{arm}_samples")
+        if arm not in typed and paths:
+            label = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(paths[0]).resolve().name)[:40] or arm
+            clash = arm == "candidate" and label == req.baseline
+            req = req.model_copy(update={arm: f"{label}-candidate" if clash else label})
+    run_dir = import_samples(req, suites=req.suites if "suites" in typed else None)
+    args.run_dir = run_dir
+    console.print(f"imported lm-eval runs: {req.baseline} vs {req.candidate} -> {run_dir}")
+    _, verdict = render_run(run_dir)
+    print_verdict(verdict, console, run_dir=str(run_dir))
+    if github.enabled(args.github):
+        github.publish(run_dir, verdict)
     return verdict.exit_code
