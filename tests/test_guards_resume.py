@@ -220,11 +220,17 @@ def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[str], timeout: fl
     raise AssertionError(f"{path} did not reach {n} records: {proc.communicate(timeout=30)}")
 
 
-def test_sigkill_of_evalgate_mid_candidate_then_resume(
-    stubs: Callable[..., str], exam: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_evalgate_killed_mid_candidate_then_resumed(
+    sig: signal.Signals,
+    stubs: Callable[..., str],
+    exam: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """evalgate itself SIGKILLed (no cleanup code runs; its lock goes with it) while the candidate's
-    records are written, then resumed: one record per item per arm, the verdict of a whole run."""
+    """evalgate itself killed while the candidate's records are written, then resumed: one record
+    per item per arm, the verdict of a whole run. SIGKILL: no cleanup code runs, the lock goes with
+    the process. SIGTERM (a CI cancel): exit 3 saying how to resume, and nothing else on stderr."""
     for arm in ("BASELINE", "CANDIDATE"):
         monkeypatch.delenv(f"EVALGATE_{arm}_API_KEY", raising=False)
     base, cand = stubs("good", "--delay", "0.1", "--answer", "yes"), stubs("good", "--delay", "0.1")
@@ -235,9 +241,13 @@ def test_sigkill_of_evalgate_mid_candidate_then_resume(
     assert expected in (0, 1)
     proc = _evalgate("compare", *flags, "--out", str(cut))
     _wait_for_lines(cut / "items" / "private_exam.candidate.jsonl", 5, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
     assert not (cut / "verdict.json").exists()
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 3 and f"--resume {cut}" in err, err
+        for noise in ("Traceback", "never retrieved", "never awaited", "Unclosed"):
+            assert noise not in err, err
     assert main(["compare", "--resume", str(cut)]) == expected
     for arm in ("baseline", "candidate"):
         assert sorted(r["item_id"] for r in lines(cut, arm)) == sorted(f"q{i}" for i in range(N))

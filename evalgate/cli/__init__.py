@@ -39,9 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _exit_cleanly_on_sigterm() -> object:
-    """SIGTERM (CI cancel, kill) unwinds like Ctrl-C, so launchers kill their servers."""
+    """SIGTERM (CI cancel, kill) unwinds like Ctrl-C, so launchers kill their servers.
+
+    It is turned into a SIGINT rather than raised here: inside ``asyncio.run`` a KeyboardInterrupt
+    raised in whatever task happens to run leaves the other tasks and the HTTP sessions unclosed
+    (tracebacks and "Unclosed client session" on stderr), while asyncio's own SIGINT handler
+    cancels the main task, so the loop unwinds and closes everything before KeyboardInterrupt."""
 
     def handler(signum: int, frame: object) -> None:
+        if callable(signal.getsignal(signal.SIGINT)):  # not ignored (nohup): asyncio's or Python's
+            signal.raise_signal(signal.SIGINT)
+            return
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():
