@@ -7,6 +7,8 @@ Both arms get the same CPU flags and environment (``CPU_ARGS``, ``cpu_env``):
 - ``SGLANG_USE_CPU_ENGINE=1``: without it ``--device cpu`` is not honoured
   (``sglang/srt/utils/common.py``, ``is_cpu``; ``sglang/srt/platforms/__init__.py``);
 - ``--attention-backend torch_native``: SGLang's own PyTorch attention, no kernel package;
+- no CUDA graphs (``--disable-decode-cuda-graph --disable-prefill-cuda-graph``, which 0.5.23 has
+  in place of the deprecated ``--disable-cuda-graph``);
 - ``--sleep-on-idle``: without it the idle scheduler keeps a core busy;
 - ``--max-total-tokens 16384``: the KV pool, which on a CPU is not sized from free GPU memory;
 - ``OMP_NUM_THREADS=1`` (``cpu_threads``): with 2 threads on a loaded 2-core machine decoding fell
@@ -24,6 +26,7 @@ candidate's weights are the 4-bit ones, computed with SGLang's BF16 kernels.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from evalgate.config import SGLangConfig
@@ -45,7 +48,8 @@ __all__ = [
 CPU_ARGS: dict[str, str | None] = {
     "--device": "cpu",
     "--attention-backend": "torch_native",
-    "--disable-cuda-graph": None,
+    "--disable-decode-cuda-graph": None,  # 0.5.23 deprecates --disable-cuda-graph (server_args.py)
+    "--disable-prefill-cuda-graph": None,
     "--sleep-on-idle": None,
     "--max-total-tokens": "16384",
 }
@@ -71,7 +75,10 @@ def checkpoint_dir(root: Path, weights: str) -> Path:
 
 
 def cpu_env(config: SGLangConfig) -> dict[str, str]:
-    return {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": str(config.cpu_threads)}
+    # PYTHONSAFEPATH: `python -m` puts the working directory first on sys.path, and a folder
+    # there named like a package (evalgate's own kernels/, in a checkout) shadows it for SGLang:
+    # transformers imports `kernels` to probe for Hugging Face's package of that name
+    return {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": str(config.cpu_threads), "PYTHONSAFEPATH": "1"}
 
 
 class SGLangCPUEngine(SGLangEngine):
@@ -131,6 +138,24 @@ class SGLangCPUEngine(SGLangEngine):
     def request_timeout_s(self) -> float:
         # one thread decodes ~14 tokens/s: a 256-token answer in a batch of 16 takes minutes
         return 600.0
+
+    def diagnose(self, log: str) -> str | None:
+        """The stand-in's own error and a module missing from the lean install come first."""
+        called = re.search(r"(sgl_kernel[\w.]*) was called, but this sgl_kernel is evalgate's", log)
+        if called:
+            return (
+                f"SGLang called {called.group(1)}, a kernel the CPU stand-in does not have: this model "
+                "or setting needs the real sglang-kernel (a GPU, or a CPU with AMX); the default model "
+                "with evalgate's CPU flags does not call it"
+            )
+        missing = re.search(r"No module named '([\w.]+)'", log)
+        if missing and "Traceback" in log:
+            return (
+                f"SGLang's CPU venv lacks the module {missing.group(1)!r}: add its package to "
+                "LEAN_PACKAGES in evalgate/engines/sglang/_cpu_install.py, then run "
+                "`evalgate setup --sglang-cpu` again"
+            )
+        return super().diagnose(log)
 
     def gpus_for(self, arm: str) -> str | None:
         return None  # no CUDA_VISIBLE_DEVICES: the arms run one after the other on the same cores

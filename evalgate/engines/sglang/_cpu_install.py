@@ -3,9 +3,9 @@
 Five steps, each skipped when its result is already there, each printing one line:
 
 1. a venv (``<root>/venv``, root ``~/.cache/evalgate/sglang-cpu`` unless given);
-2. a lean install: the CPU build of torch and SGLang's own requirements minus the GPU-only ones
-   (``LEAN_PACKAGES``), then ``sglang==TESTED_VERSION`` with ``--no-deps`` (its metadata pins the
-   CUDA build of torch and a dozen CUDA kernel packages, several GB that a CPU never runs);
+2. a lean install: torch and torchvision (``TORCH``) and SGLang's own requirements minus the
+   GPU-only ones (``LEAN_PACKAGES``), then ``sglang==TESTED_VERSION`` with ``--no-deps`` (its
+   metadata also pins a dozen CUDA kernel packages that a CPU never runs);
 3. the ``sgl_kernel`` stand-in (``_standin``): PyPI has no CPU build of sgl_kernel, and SGLang
    imports a few of its names at startup even on the CPU path; the stand-in gives exactly those
    names, and each raises if it is ever called;
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -32,16 +33,17 @@ from evalgate.errors import InfraError
 
 __all__ = ["LEAN_PACKAGES", "TORCH", "install_sglang_cpu"]
 
-TORCH = "torch==2.13.0"
-"""The CPU build: pip takes it from a local wheel where one is configured (find-links), else
-PyPI's 2.13.0 (a CUDA build that also runs on a CPU, only larger). SGLang 0.5.23 pins 2.14.1; it
-runs on 2.13.0 on this path (tests/test_e2e_sglang_cpu.py)."""
+TORCH = ("torch==2.14.1", "torchvision==0.29.1")
+"""SGLang 0.5.23's own torch pin, and the torchvision built with it: SGLang imports torchvision at
+startup (``srt/configs`` -> ``multimodal/internvl_utils.py``), and PyPI's torchvision fails to
+import beside the CPU build of torch ("operator torchvision::nms does not exist": its extension
+links the CUDA build's libraries). So this is PyPI's CUDA build, which runs on a CPU too."""
 
 # SGLang 0.5.23's Requires-Dist with its own pins, less what only a GPU (or audio, video,
-# Ray, gRPC, benchmarks) uses: apache-tvm-ffi, cuda-python, flash-attn-4, flashinfer_python,
+# Ray, gRPC, benchmarks) uses: cuda-python, flash-attn-4, flashinfer_python,
 # humming-kernels, nvidia-cutlass-dsl, nvidia-mathdx, nvshmem4py, quack-kernels, sgl-deep-ep,
 # sgl-deep-gemm, sgl-flash-mla, sglang-kernel, tilelang, torch_memory_saver, torchaudio,
-# torchcodec, torchvision, timm, soundfile, av, decord2, datasets, modelscope, numba, kernels,
+# torchcodec, timm, av, decord2, datasets, modelscope, numba, kernels,
 # smg-grpc-servicer, outlines, llguidance, mistral_common, anthropic, py-spy, build, ninja.
 # accelerate is for scripts/gguf_to_hf.py.
 LEAN_PACKAGES = (
@@ -86,6 +88,11 @@ LEAN_PACKAGES = (
     "tiktoken",
     "distro",
     "nvidia-ml-py",
+    "soundfile==0.13.1",
+    "apache-tvm-ffi==0.1.11",  # xgrammar's, at SGLang's pin
+    # imported at startup but not in SGLang's metadata (a GPU install gets them through datasets)
+    "dill",
+    "jsonschema",
 )
 SGLANG = f"sglang=={TESTED_VERSION}"
 IMPORT_CHECK = (
@@ -116,8 +123,13 @@ def install_sglang_cpu(root: Path | None = None, *, say: Say = print) -> Path:
 
 
 def _run(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> str:
+    # in the venv's folder and with PYTHONSAFEPATH: run from evalgate's checkout, `python -c`
+    # would put its kernels/ folder first on sys.path, where transformers' probe for Hugging
+    # Face's `kernels` package imports it
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    cwd = Path(cmd[0]).parents[2] if cmd[0].endswith("/venv/bin/python") else None
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         raise InfraError(f"{what} took over {timeout:.0f} s", fix=fix) from exc
     except OSError as exc:
@@ -140,16 +152,16 @@ def _venv(root: Path, python: Path) -> str:
 
 
 def _packages(root: Path, python: Path) -> str:
-    wanted = "\n".join((TORCH, *LEAN_PACKAGES, SGLANG)) + "\n"
+    wanted = "\n".join((*TORCH, *LEAN_PACKAGES, SGLANG)) + "\n"
     stamp = root / "venv" / "evalgate-packages.txt"
     if stamp.exists() and stamp.read_text() == wanted:
-        return f"{SGLANG}, {TORCH} (kept)"
+        return f"{SGLANG}, {TORCH[0]} (kept)"
     fix = "check the network and the package index (PyPI), then run `evalgate setup --sglang-cpu` again"
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run([*pip, "--only-binary=:all:", TORCH, *LEAN_PACKAGES], "installing SGLang's requirements", fix)
+    _run([*pip, "--only-binary=:all:", *TORCH, *LEAN_PACKAGES], "installing SGLang's requirements", fix)
     _run([*pip, "--no-deps", SGLANG], f"installing {SGLANG}", fix)
     stamp.write_text(wanted)
-    return f"{SGLANG} --no-deps, {TORCH}, {len(LEAN_PACKAGES)} requirements"
+    return f"{SGLANG} --no-deps, {' '.join(TORCH)}, {len(LEAN_PACKAGES)} requirements"
 
 
 def _standin(python: Path) -> str:

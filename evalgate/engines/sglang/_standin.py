@@ -10,9 +10,10 @@ package; on this path SGLang runs the model on its own PyTorch code and calls no
 "convert_weight_packed")``, ``sglang/srt/utils/common.py``) finds none and takes no AMX path.
 It has no dist-info either: ``pip list`` shows no sglang-kernel.
 
-``NAMES`` lists, per module, the names SGLang imports there (found by starting the server and
-by reading SGLang's source: ``mem_cache/allocation.py`` imports ``assign_req_to_token_pool_cpu``
-under ``if _is_cpu``, used only by speculative decoding).
+``NAMES`` lists, per module, the names SGLang imports there: found by starting the server with
+an empty stand-in and adding each name an ImportError named, until it served. All eight are
+imported at module level under ``if _is_cpu`` and called only by speculative decoding and its KV
+moves, which evalgate never enables.
 """
 
 from __future__ import annotations
@@ -22,7 +23,17 @@ from evalgate.engines.sglang._diagnose import TESTED_VERSION
 __all__ = ["NAMES", "standin_files"]
 
 NAMES: dict[str, tuple[str, ...]] = {
-    "sgl_kernel": ("assign_req_to_token_pool_cpu",),
+    "sgl_kernel": (
+        "assign_req_to_token_pool_cpu",  # srt/mem_cache/allocation.py: speculative decoding only
+        "copy_all_layer_kv_cache_cpu",  # kernels/ops/kvcache/cache_move.py: move_kv_cache (speculative)
+        # kernels/ops/speculative/ (spec_tree.py, cache_locs.py, eagle.py): speculative decoding
+        "build_tree_kernel_efficient_cpu",
+        "verify_tree_greedy_cpu",
+        "assign_draft_cache_locs_contiguous_cpu",
+        "assign_extend_cache_locs_cpu",
+        "fill_accept_out_cache_loc_cpu",
+        "fill_bonus_tokens_cpu",
+    ),
 }
 
 _DOC = '''"""A stand-in for sgl_kernel, written by `evalgate setup --sglang-cpu` for SGLang {version} on
