@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -146,7 +146,26 @@ def _plan(
         max_gen_tokens=req.max_gen_tokens,
         engine=engine.name,
         reveal_private=req.reveal_private,
+        temperature=req.temperature,
+        sampling=tuple(
+            (k, v)
+            for k, v in (("top_p", req.top_p), ("top_k", req.top_k), ("min_p", req.min_p))
+            if v is not None
+        ),
     )
+    if req.repeats > 1:
+        fixed = [s.name for s in suites if not getattr(s, "samples", False)]
+        if fixed:
+            raise ConfigError(
+                f"--repeats {req.repeats}: {', '.join(fixed)} do(es) not sample (log-likelihood scoring "
+                "or the suite's own fixed requests), so every repeat would be the same request",
+                fix="run those suites in a separate run without --repeats, or drop --repeats",
+            )
+        if req.sequential:
+            raise ConfigError(
+                "--sequential cannot be combined with --repeats",
+                fix="run the repeats as a full run (the per-item mean needs every repeat of an item)",
+            )
     if req.sequential and req.policy == "non-inferiority":
         raise ConfigError(
             "--sequential tests for a difference or a regression, not non-inferiority",
@@ -164,6 +183,10 @@ def _plan(
             items[suite.name] = suite.load(options, n)
         if req.sequential:  # the recorded order in which the e-value consumes them
             items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
+        if req.repeats > 1:  # repeat r of an item: its own record, the same seed on both arms
+            items[suite.name] = [
+                replace(it, repeat=r) for it in items[suite.name] for r in range(req.repeats)
+            ]
     if old:
         run_id = old.run_id
     manifest = _manifest(req, run_id, engine, specs, suites, items, options, variants)
@@ -250,6 +273,8 @@ def _write_prompts(plan: RunPlan) -> None:
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for it in plan.items[suite.name]:
+                if it.repeat:  # one row per item: its repeats asked the same
+                    continue
                 row = {"item_id": it.item_id, "prompt_hash": it.prompt_hash, **it.display}
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         tmp.replace(path)
@@ -292,8 +317,8 @@ def _manifest(
                 metric_kind=getattr(s, "metric_kind", "binary"),
                 private=s.private,
                 source=s.source(options),
-                n=len(items[s.name]),
-                item_ids=[it.item_id for it in items[s.name]],
+                n=len({it.item_id for it in items[s.name]}),
+                item_ids=list(dict.fromkeys(it.item_id for it in items[s.name])),
             )
             for s in suites
         },

@@ -123,6 +123,18 @@ class CompareRequest(BaseModel):
     max_gen_tokens: int | None = Field(
         None, description="cap generated tokens on both arms (recorded); at least 1"
     )
+    repeats: int = Field(
+        1,
+        description="sample each generation item this many times per arm; repeat r of an item carries "
+        "the same seed on both arms, and the gate tests the per-item mean (needs --temperature > 0)",
+    )
+    temperature: float | None = Field(
+        None,
+        description="sampling temperature for generation suites, both arms (default: the task's, greedy)",
+    )
+    top_p: float | None = Field(None, description="nucleus sampling cutoff for generation suites, both arms")
+    top_k: int | None = Field(None, description="top-k sampling for generation suites, both arms")
+    min_p: float | None = Field(None, description="min-p sampling for generation suites, both arms")
     policy: Policy = Field(
         "difference",
         description="difference: block on any significant change; regression: one-sided; "
@@ -231,6 +243,28 @@ def check_request(req: CompareRequest) -> None:
         req.flip_budget is None or 0 < req.flip_budget < 1,
         f"--flip-budget {_g(req.flip_budget)} is not a rate between 0 and 1",
         "give the tolerated share of flipped answers, e.g. 0.05 for 5%",
+    )
+    need(req.repeats >= 1, f"--repeats {req.repeats} must be at least 1", "the default is 1 (greedy, once)")
+    need(
+        req.repeats == 1 or (req.temperature or 0) > 0,
+        f"--repeats {req.repeats} with greedy decoding would send the same request {req.repeats} times",
+        "add a sampling temperature, e.g. --temperature 0.7, or drop --repeats",
+    )
+    need(
+        req.temperature is None or 0 <= req.temperature <= 5,
+        f"--temperature {_g(req.temperature)} is not between 0 and 5",
+        "the usual values are 0 (greedy) or 0.6-1.0",
+    )
+    need(
+        req.top_p is None or 0 < req.top_p <= 1,
+        f"--top-p {_g(req.top_p)} is not in (0, 1]",
+        "e.g. 0.95; omit it for the engine's default",
+    )
+    need(req.top_k is None or req.top_k >= 1, f"--top-k {req.top_k} must be at least 1", "e.g. 20")
+    need(
+        req.min_p is None or 0 <= req.min_p < 1,
+        f"--min-p {_g(req.min_p)} is not in [0, 1)",
+        "e.g. 0.05; omit it for the engine's default",
     )
     need(
         req.max_gen_tokens is None or req.max_gen_tokens >= 1,

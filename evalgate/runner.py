@@ -280,7 +280,7 @@ async def run_suite(
                 suite=suite.name,
                 suite_version=suite.version,
                 item_id=item.item_id,
-                repeat=0,
+                repeat=item.repeat,
                 prompt_hash=item.prompt_hash,
                 target=None if hide else item.target,
                 response=None if (hide or res is None) else res.response,

@@ -31,7 +31,9 @@ ARMS = ("baseline", "candidate")
 
 def missing(done: Mapping[Any, Record], suite: str, items: Sequence[Item]) -> list[Item]:
     """``items`` with no record in ``done``, or whose record is an error (a resumed run retries it)."""
-    return [it for it in items if (r := done.get((suite, it.item_id, 0))) is None or r.error is not None]
+    return [
+        it for it in items if (r := done.get((suite, it.item_id, it.repeat))) is None or r.error is not None
+    ]
 
 
 class Schedule(Protocol):

@@ -13,6 +13,7 @@ from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
 from evalgate.kernel_check import kernel_failures
 from evalgate.manifest import Manifest, load_manifest
 from evalgate.records import Pair, RecordStore, errors_as_wrong, pair_records
+from evalgate.repeats import item_means, repeat_summary
 from evalgate.stats.sequential import outcomes, summary_note
 
 __all__ = ["REFERENCE_ERROR_LIMIT", "RunData", "load_run", "verdict_for"]
@@ -48,11 +49,12 @@ class RunData:
             arms = self.records[suite]
             pairs = pair_records(arms["baseline"].values(), arms["candidate"].values(), suite=suite)
             self.pairs[suite] = pairs
-            self.missing[suite] = meta.n - len(pairs)
+            expected = meta.n * max(1, self.manifest.request.repeats)  # a record per item per repeat
+            self.missing[suite] = expected - len(pairs)
             if "aa" in arms:
                 aa = pair_records(arms["baseline"].values(), arms["aa"].values(), suite=suite)
                 self.aa_pairs[suite] = aa
-                self.missing[suite] += meta.n - len(aa)
+                self.missing[suite] += expected - len(aa)
         self.sequential: dict[str, Any] = {}
         if self.manifest.sequential:  # a suite that stopped early needs only its used items (no --aa here)
             self.sequential = outcomes(self, sequential_rule(self.manifest))
@@ -118,13 +120,23 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     m = run.manifest
     policy = policy or GatePolicy.from_request(m.request)
     per_suite = {s: (meta.metrics, run.pairs[s]) for s, meta in m.suites.items()}
+    aa_pairs = run.aa_pairs if "aa" in run.arm_names else None
+    kinds = {s: meta.metric_kind for s, meta in m.suites.items()}
+    k = m.request.repeats
+    if k > 1:  # sampled: each item's mean over its repeats is one graded outcome per arm
+        per_suite = {s: (metrics, item_means(pairs, metrics)) for s, (metrics, pairs) in per_suite.items()}
+        if aa_pairs is not None:
+            aa_pairs = {s: item_means(p, m.suites[s].metrics) for s, p in aa_pairs.items()}
+        kinds = dict.fromkeys(kinds, "continuous")
     verdict = decide(
-        per_suite,
-        policy=policy,
-        aa_pairs=run.aa_pairs if "aa" in run.arm_names else None,
-        sequential=run.sequential or None,
-        kinds={s: meta.metric_kind for s, meta in m.suites.items()},
+        per_suite, policy=policy, aa_pairs=aa_pairs, sequential=run.sequential or None, kinds=kinds
     )
+    if k > 1:
+        for s, meta in m.suites.items():
+            if run.pairs[s]:
+                verdict.notes.append(
+                    repeat_summary(run.pairs[s], meta.metrics[0], k).note(s, meta.metrics[0])
+                )
     if run.sequential:
         verdict.notes.append(summary_note(run.sequential))
     errors = run.errors()

@@ -43,7 +43,14 @@ class Scorer(Protocol):
         return list(await asyncio.gather(*(self.loglikelihood(context, c) for c in continuations)))
 
     async def generate(
-        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: list[str],
+        temperature: float = 0.0,
+        seed: int = 0,
+        sampling: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         """``{"text", "prompt_tokens", "completion_tokens", "finish_reason"}`` (and ``truncated_tokens``
         if any); ``finish_reason`` "length" when the completion hit ``max_tokens``. An answer that

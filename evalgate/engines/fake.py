@@ -14,7 +14,7 @@ arms, sharding over URLs); the end-to-end tests prove the real engines.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -41,6 +41,9 @@ class FakeCall(NamedTuple):
     kind: str
     """'loglikelihood', 'generate' or 'chat'."""
     prompt: str
+    seed: int | None = None
+    """A generation's sampling seed (common random numbers: the same on both arms per repeat)."""
+    temperature: float | None = None
 
 
 def fake_answer(arm: str, prompt: str) -> str | None:
@@ -76,9 +79,22 @@ class FakeScorer(Scorer):
         return self.engine.logprob(self.arm, context, continuation), False, max(1, len(continuation.split()))
 
     async def generate(
-        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: list[str],
+        temperature: float = 0.0,
+        seed: int = 0,
+        sampling: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
-        text = self._ask("generate", prompt)
+        if temperature > 0 and self.engine.sampled is not None:  # a sampled answer: seed and arm decide
+            self.engine.calls.append(FakeCall(self.arm, self.url, "generate", prompt, seed, temperature))
+            text = self.engine.sampled(self.arm, prompt, seed)
+            if text is None:
+                raise RequestFailed(f"the fake {self.arm} server failed generate after 3 tries", fix="")
+        else:
+            text = self._ask("generate", prompt)
         for s in stop:
             if s and s in text:
                 text = text[: text.index(s)]
@@ -111,6 +127,8 @@ class FakeEngine(Engine):
 
     answer: Answer = fake_answer
     logprob: LogProb = shorter_is_likelier
+    sampled: Callable[[str, str, int], str | None] | None = None
+    """(arm, prompt, seed) -> the reply to a generation sampled at temperature > 0; None: ``answer``."""
     concurrent: bool = False
     """Baseline and candidate up at the same time, as on a machine with GPUs for each."""
     urls: int = 1

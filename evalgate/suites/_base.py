@@ -52,6 +52,10 @@ class SuiteOptions:
     """Cap on generated tokens (smoke presets on CPU); None keeps the task's own limit."""
     engine: str = "llamacpp"
     reveal_private: bool = False
+    temperature: float | None = None
+    """Sampling temperature for generation; None keeps the task's own (greedy)."""
+    sampling: tuple[tuple[str, float], ...] = ()
+    """Further sampling settings sent as they are (top_p, top_k, min_p), the same on both arms."""
 
 
 @dataclass
@@ -70,6 +74,8 @@ class Item:
     secrets: tuple[str, ...] = ()
     """Texts no artifact may hold (a private item's prompt, answer and system prompt): masked in
     every error stored or printed (``evalgate.redact``)."""
+    repeat: int = 0
+    """Which sample of the item this is (``--repeats``); its seed is the same on both arms."""
 
 
 @dataclass

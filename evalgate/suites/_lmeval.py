@@ -76,6 +76,11 @@ class LmEvalSuite:
     item_id: Callable[[dict[str, Any], int], str] = field(default=lambda doc, i: f"test-{i}")
     private: bool = False
 
+    @property
+    def samples(self) -> bool:
+        """Generation can be sampled (``--repeats``, ``--temperature``); log-likelihoods cannot."""
+        return self.kind == "generate"
+
     # -- data ---------------------------------------------------------------------------
     def source(self, options: SuiteOptions) -> str:
         if options.data_dir:
@@ -134,12 +139,17 @@ class LmEvalSuite:
             response: Any = [[round(ll, 6), bool(g)] for ll, g in resps]
         elif instances[0].request_type == "generate_until":
             ctx, gen = args[0]
+            temperature = (
+                options.temperature if options.temperature is not None else gen.get("temperature", 0.0)
+            )
             out = await scorer.generate(
                 ctx,
                 max_tokens=int(gen["max_gen_toks"]),
                 stop=list(gen["until"]),
-                temperature=float(gen.get("temperature", 0.0)),
-                seed=options.seed,
+                temperature=float(temperature),
+                # common random numbers: repeat r of an item samples with one seed on both arms
+                seed=stable_seed(options.seed, self.name, item.item_id, item.repeat),
+                sampling=dict(options.sampling) or None,
             )
             resps = [out["text"]]
             tokens = {"prompt": out.get("prompt_tokens", 0), "completion": out.get("completion_tokens", 0)}
@@ -288,5 +298,8 @@ def _jsonable_args(arguments: tuple[Any, ...], options: SuiteOptions) -> list[An
             a.setdefault("max_gen_toks", 256)
             if options.max_gen_tokens is not None:
                 a["max_gen_toks"] = min(int(a["max_gen_toks"]), options.max_gen_tokens)
+            if options.temperature is not None:  # sampling settings are part of what is sent
+                a["temperature"] = options.temperature
+            a.update(options.sampling)
         out.append(a)
     return out

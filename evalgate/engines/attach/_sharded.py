@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalgate.engines.api import LogLik, Scorer
@@ -48,10 +48,17 @@ class ShardedScorer(Scorer):
         return await self._on(context).loglikelihood_many(context, continuations)
 
     async def generate(
-        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: list[str],
+        temperature: float = 0.0,
+        seed: int = 0,
+        sampling: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         return await self._on(prompt).generate(
-            prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, seed=seed
+            prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, seed=seed, sampling=sampling
         )
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ generated (forced) token. ``top_logprobs[0]`` tells whether the forced token was
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from evalgate.engines._launcher import ServerHandle
@@ -95,7 +96,14 @@ class LlamaCppScorer(Scorer):
         return ctx, whole[len(ctx) :]
 
     async def generate(
-        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: list[str],
+        temperature: float = 0.0,
+        seed: int = 0,
+        sampling: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         # lm-eval's rule with max_length read from the server (never its 2048 default): the
         # context keeps its last (max_length - max_tokens) tokens; the record says how many went
@@ -116,6 +124,7 @@ class LlamaCppScorer(Scorer):
             "temperature": temperature,
             "seed": seed,
             "cache_prompt": self.cache_prompt,
+            **(sampling or {}),  # top_p, top_k, min_p: llama-server's own names
         }
         data = await self.http.post("/v1/completions", payload)
         # llama-server caps stop strings only by count; lm-eval's until list can be longer.

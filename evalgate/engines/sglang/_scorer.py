@@ -21,7 +21,7 @@ A chat whose last message is the assistant's (the tool_calls suite's prefill) is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -89,7 +89,14 @@ class SGLangScorer(BatchScorer):
 
     # -- generation and chat -----------------------------------------------------------------
     async def generate(
-        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: list[str],
+        temperature: float = 0.0,
+        seed: int = 0,
+        sampling: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         payload = {
             "prompt": prompt,
@@ -97,6 +104,7 @@ class SGLangScorer(BatchScorer):
             "stop": list(stop),
             "temperature": temperature,
             "seed": seed,
+            **(sampling or {}),  # top_p, top_k, min_p (CompletionRequest fields in 0.5.23)
         }
         # SGLang trims its stop strings already; completion_result keeps every engine identical
         return completion_result(await self.http.post("/v1/completions", payload), stop, self.server)

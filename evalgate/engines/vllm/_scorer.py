@@ -24,7 +24,7 @@ prefill their context again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from evalgate.client import RequestFailed, RetryPolicy
@@ -156,10 +156,19 @@ class VLLMScorer(BatchScorer):
         ]
 
     async def generate(
-        self, prompt: str, *, max_tokens: int, stop: list[str], temperature: float = 0.0, seed: int = 0
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        stop: list[str],
+        temperature: float = 0.0,
+        seed: int = 0,
+        sampling: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         payload = {"prompt": prompt, "max_tokens": max_tokens, "stop": list(stop), "temperature": temperature}
-        data = await self.http.post("/v1/completions", self._with_model({**payload, "seed": seed}))
+        data = await self.http.post(
+            "/v1/completions", self._with_model({**payload, "seed": seed, **(sampling or {})})
+        )  # top_p, top_k, min_p: vLLM's sampling fields on the completions request
         # vLLM trims its stop strings already; completion_result keeps every engine identical
         return completion_result(data, stop, self.server)
 

@@ -1,0 +1,118 @@
+"""--repeats k with sampling (#20): common random numbers per (item, repeat), the per-item mean
+tested as a graded outcome, pass@1 / pass@k in the verdict, and the refusals.
+
+GSM8K's real items (lm-eval's prompts) on the fake engine, whose sampled answer is a function of
+(arm, prompt, seed) only: what a server with a fixed sampler would do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from evalgate.cli import main
+from evalgate.engines.fake import FakeEngine
+
+N, K = 12, 4
+
+
+def _sampler(wrong_rate: dict[str, float]) -> Callable[[str, str, int], str]:
+    """Right ("#### <answer>") unless a seeded draw for (prompt, seed) falls under the arm's rate."""
+
+    def sample(arm: str, prompt: str, seed: int) -> str:
+        draw = zlib.crc32(f"{prompt}|{seed}".encode()) / 2**32  # the same on both arms: CRN
+        answer = _answers[prompt] if prompt in _answers else "0"
+        return f"The answer is {answer}.\n#### {answer if draw >= wrong_rate.get(arm, 0.0) else -1}"
+
+    return sample
+
+
+_answers: dict[str, str] = {}
+
+
+@pytest.fixture
+def gsm8k_answers(data_dir: Path) -> None:
+    """The fake answers every GSM8K question right unless told otherwise: it looks up the answer."""
+    from evalgate.suites import SuiteOptions, default_registry
+
+    suite = default_registry().get("gsm8k")
+    for it in suite.load(SuiteOptions(data_dir=data_dir), N):
+        _answers[it.payload[3][0][0]] = re.sub(r"[^0-9.-]", "", str(it.target).split("####")[-1])
+
+
+def _run(tmp_path: Path, data_dir: Path, use, engine: FakeEngine, *flags: str) -> tuple[int, Path]:  # type: ignore[no-untyped-def]
+    use(engine)
+    out = tmp_path / "run"
+    args = ["compare", "--engine", "fake", "--baseline", "bf16", "--candidate", "fp8", "--suites", "gsm8k",
+            "--limit", str(N), "--data-dir", str(data_dir), "--out", str(out), *flags]  # fmt: skip
+    return main(args), out
+
+
+def test_each_repeat_carries_one_seed_on_both_arms(
+    tmp_path: Path, data_dir: Path, use, gsm8k_answers
+) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(sampled=_sampler({}))
+    code, out = _run(
+        tmp_path, data_dir, use, engine, "--repeats", str(K), "--temperature", "0.7", "--top-p", "0.95"
+    )
+    assert code == 0
+    seeds: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for c in engine.calls:
+        if c.kind == "generate" and c.temperature:
+            seeds[c.arm][c.prompt].append(c.seed)
+    assert set(seeds) == {"baseline", "candidate"}
+    assert len(seeds["baseline"]) == N
+    for prompt, base in seeds["baseline"].items():
+        assert sorted(base) == sorted(seeds["candidate"][prompt])  # the same seed per repeat
+        assert len(set(base)) == K  # and a different one for each repeat
+    recs = [json.loads(x) for x in (out / "items" / "gsm8k.baseline.jsonl").read_text().splitlines()]
+    assert sorted({r["repeat"] for r in recs}) == list(range(K)) and len(recs) == N * K
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["suites"]["gsm8k"]["n"] == N and manifest["request"]["repeats"] == K
+    assert manifest["request"]["top_p"] == 0.95
+
+
+def test_the_gate_tests_per_item_means_and_reports_pass_at_k(
+    tmp_path: Path, data_dir: Path, use, gsm8k_answers
+) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(sampled=_sampler({"candidate": 0.75}))  # the candidate is wrong 3 times in 4
+    code, out = _run(tmp_path, data_dir, use, engine, "--repeats", str(K), "--temperature", "0.7")
+    verdict = json.loads((out / "verdict.json").read_text())
+    row = next(r for r in verdict["suites"] if r["primary"])
+    assert row["n"] == N  # one outcome per item: its mean over the repeats
+    assert row["test"].startswith("sign-flip") or "sign" in row["test"]
+    assert row["baseline"] == pytest.approx(1.0) and row["candidate"] < 0.5
+    assert code == 1 and verdict["verdict"] == "BLOCK"
+    note = next(n for n in verdict["notes"] if "pass@1" in n)
+    assert f"pass@{K}" in note and "avg of 4" in note
+
+
+def test_identical_sampled_arms_pass(tmp_path: Path, data_dir: Path, use, gsm8k_answers) -> None:  # type: ignore[no-untyped-def]
+    engine = FakeEngine(sampled=_sampler({"baseline": 0.3, "candidate": 0.3}))  # noise shared by seed
+    code, out = _run(tmp_path, data_dir, use, engine, "--repeats", str(K), "--temperature", "0.7")
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert code == 0, verdict["reason"]
+    assert any("identical responses 100%" in n for n in verdict["notes"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--repeats", "4"], "greedy decoding"),
+        (["--repeats", "4", "--temperature", "0.7", "--suites", "arc_easy"], "do(es) not sample"),
+        (["--repeats", "0"], "at least 1"),
+        (["--top-p", "1.5"], "--top-p"),
+    ],
+)
+def test_repeats_that_cannot_sample_are_refused(
+    tmp_path: Path, data_dir: Path, use, flags: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    code, _ = _run(tmp_path, data_dir, use, FakeEngine(), *flags)
+    assert code == 2
+    assert words in capsys.readouterr().err
