@@ -42,6 +42,7 @@ __all__ = [
     "agreement_row",
     "changed",
     "flip_count",
+    "noise_hint",
     "unanswered",
     "unanswered_test",
 ]
@@ -137,11 +138,20 @@ def unanswered_test(pairs: Sequence[Pair], *, errors_as_wrong: bool = False) -> 
 
 NOISE_HINT = (
     "the budget counts the server's own nondeterminism (batching, scheduling) as change too: "
-    "--aa measures it and tests only the excess over it, --deterministic removes it (llama.cpp)"
+    "--aa measures it and tests only the excess over it, --deterministic removes it"
+)
+DETERMINISTIC_HINT = "the run was --deterministic, so batching noise is not among these flips"
+IMPORTED_HINT = (
+    "the budget counts the lm-eval runs' own nondeterminism as change too; a live --aa run measures it"
 )
 
 
-def agreement_reason(a: AgreementRow) -> str:
+def noise_hint(*, deterministic: bool = False, imported: bool = False) -> str:
+    """What a flip BLOCK says about noise, for the kind of run it was."""
+    return IMPORTED_HINT if imported else DETERMINISTIC_HINT if deterministic else NOISE_HINT
+
+
+def agreement_reason(a: AgreementRow, *, hint: str = NOISE_HINT) -> str:
     """The row's reason: its flips against the budget (or the A/A arm's), and its unanswered items
     if it has the test; a BLOCK without --aa says the budget includes the server's own noise."""
     what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
@@ -160,7 +170,7 @@ def agreement_reason(a: AgreementRow) -> str:
         )
         text = f"{where}: {over}, p = {a.p_value:.3g}, adjusted {a.p_adjusted:.3g}"
         if a.aa_excess is None:
-            text += f"; {NOISE_HINT}"
+            text += f"; {hint}"
     else:
         text = f"{where}, p = {a.p_value:.3g}"
     u = a.unanswered

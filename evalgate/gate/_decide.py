@@ -85,7 +85,7 @@ def decide(
     for a in agreement:
         blocked = a.significant or (a.unanswered is not None and a.unanswered.significant)
         a.status = "block" if blocked else ("pass" if kind[a.suite] == "binary" else "info")
-        a.reason = agreement_reason(a)
+        a.reason = agreement_reason(a, hint=policy.noise_hint)
         if kind[a.suite] != "binary":
             a.test, a.reason = (
                 "none (graded metric)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, get_args
 
-from evalgate.agreement import DEFAULT_AA_MARGIN
+from evalgate.agreement import DEFAULT_AA_MARGIN, NOISE_HINT, noise_hint
 from evalgate.errors import ConfigError
 from evalgate.request import Policy
 from evalgate.stats.sequential import SequentialRule, rule_for
@@ -36,6 +36,8 @@ class GatePolicy:
     aa_margin: float = DEFAULT_AA_MARGIN
     errors_as_wrong: bool = False
     """Failed items count as wrong, and as unanswered: every suite's agreement row tests them."""
+    noise_hint: str = NOISE_HINT
+    """What a flip BLOCK says about the server's own noise (evalgate.agreement.noise_hint)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -58,6 +60,7 @@ class GatePolicy:
             agreement_gate=req.agreement_gate,
             flip_budget=req.flip_budget,
             errors_as_wrong=req.errors_as_wrong,
+            noise_hint=noise_hint(deterministic=req.deterministic, imported=bool(req.baseline_samples)),
         )
 
     @property

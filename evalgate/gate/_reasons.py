@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evalgate.agreement import NOISE_HINT, AgreementRow
+from evalgate.agreement import AgreementRow
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 
@@ -109,7 +109,7 @@ def verdict_from(
             f"{a.flip_rate:.1%} {what} ({against}, p = {a.p_adjusted:.2g})"
         )
         if a.aa_excess is None:
-            reason += f"; {NOISE_HINT}"
+            reason += f"; {policy.noise_hint}"
         return out("BLOCK", reason)
     if silent:
         a, u = min(silent, key=lambda x: x[1].p_adjusted or 1.0)

@@ -101,7 +101,7 @@ def _head(v: RunView) -> list[str]:
     if any(r.underpowered for r in v.rows):
         out.append(
             "\nUNDERPOWERED: the row's MDE is larger than "
-            + (_md(v.margin_text) if v.margin_text else "5 pt")
+            + (_md(v.margin_text) if v.margin_text else "the power floor (2 pt)")
             + ", so a PASS there is weak evidence; run more items to tighten it.\n"
         )
     if v.notes:
