@@ -23,7 +23,7 @@ every weight-quantized linear method it has for a CPU needs the AMX kernels of t
 sgl_kernel (``layers/quantization/auto_round.py``: "Generic x86, AMD CPU, and other non-AMX CPU
 backends are not supported"), and 0.5.23 no longer has ``--torchao-config``. So the ``int4`` arm
 of the default model serves the Q4_0 GGUF's weights dequantized to BF16 (``CPU_WEIGHTS``): the
-candidate's weights are the 4-bit ones, computed with SGLang's BF16 kernels.
+candidate's weights are the 4-bit ones, computed like the baseline's.
 """
 
 from __future__ import annotations
