@@ -9,7 +9,8 @@ sign-flip test for a graded metric (``gate/_rows.py``); k = 1 stays McNemar.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -43,20 +44,23 @@ def item_means(pairs: Sequence[Pair], metrics: Sequence[str]) -> list[Pair]:
 
 @dataclass(frozen=True)
 class RepeatSummary:
-    """Per arm pass@1 (mean of k) and pass@k, and how often the arms answered identically."""
+    """Per arm pass@1 (mean of k), pass@k and majority@k, and how often the arms answered identically."""
 
     k: int
     items: int
     pass1: tuple[float, float]
     passk: tuple[float, float]
+    majority: tuple[float, float]
+    """majority@k: the item's most frequent extracted answer (ties: the earliest repeat's) scored."""
     identical: float
     """Share of (item, repeat) pairs whose responses are the same text on both arms."""
 
     def note(self, suite: str, metric: str) -> str:
-        (b1, c1), (bk, ck) = self.pass1, self.passk
+        (b1, c1), (bk, ck), (bm, cm) = self.pass1, self.passk, self.majority
         return (
             f"{suite} sampled {self.k}x per item ({self.items} items, same seed per repeat on both arms): "
-            f"{metric} pass@1 (avg of {self.k}) {b1:.3f} -> {c1:.3f}, pass@{self.k} {bk:.3f} -> {ck:.3f}; "
+            f"{metric} pass@1 (avg of {self.k}) {b1:.3f} -> {c1:.3f}, pass@{self.k} {bk:.3f} -> {ck:.3f}, "
+            f"majority@{self.k} {bm:.3f} -> {cm:.3f}; "
             f"identical responses {self.identical:.0%} of item-repeats; tested on per-item means "
             "(sign-flip); the flip row is shown, not gated"
         )
@@ -79,11 +83,24 @@ def repeat_summary(pairs: Sequence[Pair], metric: str, k: int) -> RepeatSummary:
             sum(any(getattr(p, arm).metrics.get(metric, 0.0) >= 1 for p in g) for g in by_item.values()) / n
         )
 
+    def majority(arm: str) -> float:
+        won = 0.0
+        for g in by_item.values():
+            recs = sorted((getattr(p, arm) for p in g), key=lambda r: r.repeat)
+            votes = Counter(json.dumps(r.extracted, sort_keys=True, default=str) for r in recs)
+            top = max(votes.values())
+            winner = next(
+                r for r in recs if votes[json.dumps(r.extracted, sort_keys=True, default=str)] == top
+            )
+            won += winner.metrics.get(metric, 0.0)
+        return won / n
+
     same = [p.baseline.response == p.candidate.response for p in pairs]
     return RepeatSummary(
         k=k,
         items=len(by_item),
         pass1=(pass1("baseline"), pass1("candidate")),
         passk=(passk("baseline"), passk("candidate")),
+        majority=(majority("baseline"), majority("candidate")),
         identical=sum(same) / len(same) if same else 0.0,
     )

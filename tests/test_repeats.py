@@ -116,3 +116,35 @@ def test_repeats_that_cannot_sample_are_refused(
     code, _ = _run(tmp_path, data_dir, use, FakeEngine(), *flags)
     assert code == 2
     assert words in capsys.readouterr().err
+
+
+def test_pass_at_k_and_majority_on_known_records() -> None:
+    """Two items, 3 repeats. Item a: baseline right 1 of 3 with the majority answer wrong; the
+    candidate right 2 of 3. Item b: both arms wrong every time."""
+    from evalgate.records import Pair, Record
+    from evalgate.repeats import item_means, repeat_summary
+
+    def rec(arm: str, item: str, r: int, answer: str, right: float) -> Record:
+        return Record(run_id="x", arm=arm, variant=arm, suite="s", suite_version=1, item_id=item, repeat=r,
+                      prompt_hash="h", target="7", response=answer, extracted={"flex": answer},
+                      metrics={"em": right})  # fmt: skip
+
+    base = {("a", 0): ("7", 1.0), ("a", 1): ("3", 0.0), ("a", 2): ("3", 0.0)}
+    cand = {("a", 0): ("7", 1.0), ("a", 1): ("7", 1.0), ("a", 2): ("3", 0.0)}
+    pairs = [
+        Pair(i, r, rec("baseline", i, r, *base[i, r]), rec("candidate", i, r, *cand[i, r])) for i, r in base
+    ]
+    pairs += [
+        Pair("b", r, rec("baseline", "b", r, "1", 0.0), rec("candidate", "b", r, "2", 0.0)) for r in range(3)
+    ]
+    s = repeat_summary(pairs, "em", 3)
+    assert s.items == 2
+    assert s.pass1 == pytest.approx((1 / 6, 2 / 6))
+    assert s.passk == (0.5, 0.5)
+    assert s.majority == (0.0, 0.5)  # baseline's majority answer on a is "3": wrong
+    assert s.identical == pytest.approx(2 / 6)
+    means = {
+        p.item_id: (p.baseline.metrics["em"], p.candidate.metrics["em"]) for p in item_means(pairs, ["em"])
+    }
+    assert means["a"] == pytest.approx((1 / 3, 2 / 3)) and means["b"] == (0.0, 0.0)
+    assert "majority@3 0.000 -> 0.500" in s.note("s", "em")
