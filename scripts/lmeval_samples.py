@@ -29,26 +29,16 @@ from evalgate.config import LlamaCppConfig
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.manifest import load_manifest
 from evalgate.suites import SuiteOptions, default_registry
-from evalgate.suites._lmeval import LmEvalSuite, lm_eval_task_dir
+from evalgate.suites._lmeval import LmEvalSuite, Member, lm_eval_task_dir, lmeval_tasks
 from evalgate.variants import parse_variant
 
 
-def _members(tasks: list[str]) -> dict[str, tuple[LmEvalSuite, object]]:
-    out = {}
-    reg = default_registry()
-    for name in reg.names():
-        try:
-            suite = reg.get(name)
-        except Exception:
-            continue
-        if isinstance(suite, LmEvalSuite):
-            for m in suite.members:
-                if Path(m.yaml).stem in tasks:
-                    out[Path(m.yaml).stem] = (suite, m)
-    missing = [t for t in tasks if t not in out]
+def _members(tasks: list[str]) -> dict[str, tuple[LmEvalSuite, Member]]:
+    known = lmeval_tasks(default_registry())
+    missing = [t for t in tasks if t not in known]
     if missing:
-        raise SystemExit(f"no evalgate suite runs {', '.join(missing)}; this script knows {sorted(out)}")
-    return out
+        raise SystemExit(f"no evalgate suite runs {', '.join(missing)}; this script knows {sorted(known)}")
+    return {t: known[t] for t in tasks}
 
 
 def write_local_tasks(tasks: list[str], data_dir: Path, folder: Path) -> None:
@@ -75,11 +65,8 @@ def sample_indices(run: Path, tasks: list[str], data_dir: Path | None) -> dict[s
     out: dict[str, list[int]] = {}
     for task, (suite, m) in _members(tasks).items():
         wanted = set(manifest.suites[suite.name].item_ids)
-        task_obj = suite.task(options, m)
-        grouped = len(suite.members) > 1
-        for i, doc in enumerate(task_obj.eval_docs):
-            item_id = suite.item_id(doc, i)
-            if (f"{m.label}/{item_id}" if grouped else item_id) in wanted:
+        for i, doc in enumerate(suite.task(options, m).eval_docs):
+            if suite.item_key(m, doc, i) in wanted:
                 out.setdefault(task, []).append(i)
     return out
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from evalgate.errors import ConfigError
 from evalgate.samples._read import LmEvalOutput
+from evalgate.suites._lmeval import LmEvalSuite, Member, lmeval_tasks
 
 __all__ = ["ImportedSuite", "check_same_prompts", "known_tasks", "suite_records"]
 
@@ -37,38 +37,12 @@ class ImportedSuite:
     """item_id -> the record fields (prompt_hash, doc_hash, target, response, extracted, metrics)."""
 
 
-@dataclass(frozen=True)
-class _Known:
-    suite: str
-    version: int
-    metrics: tuple[str, ...]
-    kind: str
-    grouped: bool
-    label: str
-    item_id: Any
-
-
-def known_tasks() -> dict[str, _Known]:
-    """lm-eval task name -> the evalgate suite that runs it, from the suites' own definitions."""
+def known_tasks() -> dict[str, tuple[LmEvalSuite, Member]]:
+    """lm-eval task name -> the evalgate suite (and member) that runs it, from the suites' own
+    definitions."""
     from evalgate.suites import default_registry
-    from evalgate.suites._lmeval import LmEvalSuite
 
-    reg = default_registry()
-    out: dict[str, _Known] = {}
-    for name in reg.names():
-        try:
-            suite = reg.get(name)
-        except Exception:  # a prefix suite (private:) needs an argument; it has no lm-eval task
-            continue
-        if not isinstance(suite, LmEvalSuite):
-            continue
-        grouped = len(suite.members) > 1
-        for m in suite.members:
-            task = Path(m.yaml).stem
-            out[task] = _Known(
-                suite.name, suite.version, suite.metrics, suite.kind, grouped, m.label, suite.item_id
-            )
-    return out
+    return lmeval_tasks(default_registry())
 
 
 def _metric_key(metric: str, filt: str) -> str:
@@ -114,7 +88,10 @@ def suite_records(out: LmEvalOutput, *, label: str) -> dict[str, ImportedSuite]:
         k = known.get(task)
         output_type = out.task_config(task).get("output_type")
         if k:
-            suite = suites.setdefault(k.suite, ImportedSuite(k.suite, k.version, list(k.metrics), k.kind))
+            own = k[0]
+            suite = suites.setdefault(
+                own.name, ImportedSuite(own.name, own.version, list(own.metrics), own.kind)
+            )
         else:
             mc = output_type in _MC_TYPES or (output_type is None and _choice_pairs(rows[0].get("resps")))
             suite = suites.setdefault(
@@ -132,15 +109,17 @@ def suite_records(out: LmEvalOutput, *, label: str) -> dict[str, ImportedSuite]:
     return suites
 
 
-def _add(suite: ImportedSuite, row: dict[str, Any], *, task: str, known: _Known | None, label: str) -> None:
+def _add(
+    suite: ImportedSuite,
+    row: dict[str, Any],
+    *,
+    task: str,
+    known: tuple[LmEvalSuite, Member] | None,
+    label: str,
+) -> None:
     doc_id = int(row["doc_id"])
     doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
-    if known:
-        item_id = str(known.item_id(doc, doc_id))
-        if known.grouped:
-            item_id = f"{known.label}/{item_id}"
-    else:
-        item_id = str(doc_id)
+    item_id = str(known[0].item_key(known[1], doc, doc_id)) if known else str(doc_id)
     filt = str(row.get("filter", "none"))
     item = suite.items.get(item_id)
     if item is None:

@@ -34,7 +34,7 @@ from evalgate.suites._base import (
     stable_seed,
 )
 
-__all__ = ["LmEvalSuite", "lm_eval_task_dir", "load_fix"]
+__all__ = ["LmEvalSuite", "lm_eval_task_dir", "lmeval_tasks", "load_fix"]
 
 
 def lm_eval_task_dir() -> Path:
@@ -82,6 +82,12 @@ class LmEvalSuite:
         return self.kind == "generate"
 
     # -- data ---------------------------------------------------------------------------
+    def item_key(self, member: Member, doc: dict[str, Any], index: int) -> str:
+        """The item id a record carries: the suite's id of the document, prefixed with the
+        member's label when the suite pools several lm-eval tasks (MMLU's subjects)."""
+        item_id = self.item_id(doc, index)
+        return f"{member.label}/{item_id}" if len(self.members) > 1 else item_id
+
     def source(self, options: SuiteOptions) -> str:
         if options.data_dir:
             return str(Path(options.data_dir) / self.members[0].local.files[-1][1])
@@ -111,9 +117,7 @@ class LmEvalSuite:
         for k in indices:
             member, task, i = everything[k]
             doc = task.eval_docs[i]
-            item_id = self.item_id(doc, i)
-            if grouped:
-                item_id = f"{member.label}/{item_id}"
+            item_id = self.item_key(member, doc, i)
             instances = build_instances(task, doc, i, seed=stable_seed(options.seed, self.name, item_id))
             args = [_jsonable_args(inst.arguments, options) for inst in instances]
             extra = {"subject": member.label} if grouped else {}
@@ -302,4 +306,17 @@ def _jsonable_args(arguments: tuple[Any, ...], options: SuiteOptions) -> list[An
                 a["temperature"] = options.temperature
             a.update(options.sampling)
         out.append(a)
+    return out
+
+
+def lmeval_tasks(registry: Any) -> dict[str, tuple[LmEvalSuite, Member]]:
+    """lm-eval task name (its YAML's stem) -> the suite of ``registry`` and the member that run
+    it: how an lm-eval sample log is mapped onto evalgate's suites, and back."""
+    out = {}
+    for name in registry.names():
+        if ":" in name:  # a prefix suite (private:PATH) is the user's own; it has no lm-eval task
+            continue
+        suite = registry.get(name)
+        if isinstance(suite, LmEvalSuite):
+            out.update({Path(m.yaml).stem: (suite, m) for m in suite.members})
     return out
