@@ -29,13 +29,18 @@ def _mean_record(recs: Sequence[Record], metrics: Sequence[str]) -> Record:
     return replace(first, repeat=0, metrics=means)
 
 
-def item_means(pairs: Sequence[Pair], metrics: Sequence[str]) -> list[Pair]:
-    """One pair per item: each arm's metrics averaged over the repeats both arms have."""
+def _by_item(pairs: Sequence[Pair]) -> dict[str, list[Pair]]:
+    """An item's paired repeats, items in first-seen order."""
     by_item: dict[str, list[Pair]] = defaultdict(list)
     for p in pairs:
         by_item[p.item_id].append(p)
+    return by_item
+
+
+def item_means(pairs: Sequence[Pair], metrics: Sequence[str]) -> list[Pair]:
+    """One pair per item: each arm's metrics averaged over the repeats both arms have."""
     out = []
-    for item_id, group in by_item.items():
+    for item_id, group in _by_item(pairs).items():
         base = _mean_record([p.baseline for p in group], metrics)
         cand = _mean_record([p.candidate for p in group], metrics)
         out.append(Pair(item_id, 0, base, cand))
@@ -67,9 +72,7 @@ class RepeatSummary:
 
 
 def repeat_summary(pairs: Sequence[Pair], metric: str, k: int) -> RepeatSummary:
-    by_item: dict[str, list[Pair]] = defaultdict(list)
-    for p in pairs:
-        by_item[p.item_id].append(p)
+    by_item = _by_item(pairs)
     n = len(by_item) or 1
 
     def pass1(arm: str) -> float:
