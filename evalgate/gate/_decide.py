@@ -29,6 +29,7 @@ from evalgate.agreement import (
     agreement_reason,
     agreement_row,
 )
+from evalgate.gate._lengths import LengthTrend, lengths_for, sent_mismatch, trend_status
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 from evalgate.gate._reasons import row_status, verdict_from
@@ -69,14 +70,21 @@ def decide(
     # changed share is shown, not gated (its mean difference is the sign-flip row's job)
     flip_tests = [a for a in agreement if kind[a.suite] == "binary"]
     unanswered = [a.unanswered for a in agreement if a.unanswered is not None]
-    tests = (0 if ni else len(good)) + len(flip_tests) + len(unanswered)
+    lengths = lengths_for(per_suite, good, kind, sequential=sequential)  # long context: gate/_lengths.py
+    trends = [s.trend for s in lengths if s.trend is not None and s.trend.gated]
+    tests = (0 if ni else len(good)) + len(flip_tests) + len(unanswered) + len(trends)
     rows = _rows(per_suite, problems, kind, policy, level=policy.alpha / max(1, tests))
     for row in rows:
         if row.primary and sequential and row.suite in sequential and row.status != "error":
             row.p_value = float(sequential[row.suite].pvalue)
             row.sequential = sequential[row.suite].to_dict()
     gated = [r for r in rows if r.primary and r.status not in ("error", "missing")]
-    family: list[Row | AgreementRow | UnansweredTest] = [*([] if ni else gated), *flip_tests, *unanswered]
+    family: list[Row | AgreementRow | UnansweredTest | LengthTrend] = [
+        *([] if ni else gated),
+        *flip_tests,
+        *unanswered,
+        *trends,
+    ]
     _holm(family, policy.alpha)
     if ni:
         for r in gated:  # each on its own at one-sided alpha: the bound of its 1 - 2 alpha interval
@@ -91,8 +99,11 @@ def decide(
                 "none (graded metric)",
                 f"shown, not gated (a graded metric has no flip): {a.reason}",
             )
-    verdict = verdict_from(rows, agreement, policy, tests=tests)
-    verdict.agreement, verdict.aa = agreement, aa
+    for section in lengths:
+        if section.trend is not None:
+            trend_status(section.trend, alpha=policy.alpha)
+    verdict = verdict_from(rows, agreement, policy, tests=tests, lengths=lengths)
+    verdict.agreement, verdict.aa, verdict.lengths = agreement, aa, lengths
     if problems:
         verdict.verdict, verdict.reason = "ERROR", "; ".join(problems.values())
     if aa and any(r.significant for r in aa):
@@ -106,7 +117,7 @@ def _problems(
 ) -> dict[str, str]:
     out = {}
     for suite, (metrics, pairs) in per_suite.items():
-        why = check_suite(suite, metrics[0], pairs, kind[suite])
+        why = check_suite(suite, metrics[0], pairs, kind[suite]) or sent_mismatch(suite, pairs)
         if why is None and aa_pairs is not None:
             aa = check_suite(
                 suite, metrics[0], aa_pairs.get(suite, ()), kind[suite], references=("baseline", "candidate")
@@ -141,7 +152,7 @@ def _rows(
     return rows
 
 
-def _holm(family: Sequence[Row | AgreementRow | UnansweredTest], alpha: float) -> None:
+def _holm(family: Sequence[Row | AgreementRow | UnansweredTest | LengthTrend], alpha: float) -> None:
     adjusted = stats.holm([r.p_value for r in family]) if family else []
     for row, p_adj in zip(family, adjusted, strict=True):
         row.p_adjusted = float(p_adj)

@@ -10,6 +10,7 @@ from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
 from evalgate.agreement import AgreementRow
+from evalgate.gate._lengths import SuiteLengths
 
 __all__ = ["VERDICT_SCHEMA", "Row", "Verdict"]
 
@@ -72,6 +73,9 @@ class Verdict:
     aa: list[Row] | None = None
     reliable: bool = True
     """False when the A/A pair (baseline against itself) would itself block."""
+    lengths: list[SuiteLengths] = field(default_factory=list)
+    """Suites whose records carry a context length: rows per length and the gated longest-length
+    row (gate/_lengths.py); written only when there is one."""
     schema: Literal[1] = VERDICT_SCHEMA
 
     @property
@@ -83,6 +87,10 @@ class Verdict:
         for a in data["agreement"]:  # a row without the unanswered test is written as before it existed
             if a.get("unanswered") is None:
                 a.pop("unanswered", None)
+            if a.get("sampled") is None:  # likewise a row of a run without --repeats
+                a.pop("sampled", None)
+        if not data["lengths"]:  # a run without long-context records is written as before
+            data.pop("lengths")
         return {"schema": data.pop("schema"), **data}
 
     def to_json(self) -> str:

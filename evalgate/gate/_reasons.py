@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from evalgate.agreement import AgreementRow
+from evalgate.gate._lengths import SuiteLengths, trend_block_reason, trend_pass_note
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 
@@ -72,9 +75,15 @@ def _ni_status(row: Row, policy: GatePolicy, where: str) -> tuple[str, str]:
 
 
 def verdict_from(
-    rows: list[Row], agreement: list[AgreementRow], policy: GatePolicy, *, tests: int
+    rows: list[Row],
+    agreement: list[AgreementRow],
+    policy: GatePolicy,
+    *,
+    tests: int,
+    lengths: Sequence[SuiteLengths] = (),
 ) -> Verdict:
-    """PASS or BLOCK with the one line that says why; ``tests``: the Holm family's size."""
+    """PASS or BLOCK with the one line that says why; ``tests``: the Holm family's size;
+    ``lengths``: long-context suites, whose longest-length row can block on its own."""
     family = [r for r in rows if r.primary and r.status not in ("error", "missing")]
     blocking = [r for r in family if r.significant]
     flips = [a for a in agreement if a.significant]
@@ -96,6 +105,10 @@ def verdict_from(
             f"{worst.suite} {worst.metric} changed by {worst.delta * 100:+.1f} pt "
             f"({worst.baseline:.3f} -> {worst.candidate:.3f}, Holm p = {worst.p_adjusted:.3g} < {policy.alpha})"
         ))  # fmt: skip
+    longest = [s for s in lengths if s.trend is not None and s.trend.significant]
+    if longest:
+        worst_length = min(longest, key=lambda s: (s.trend.p_adjusted or 1.0) if s.trend else 1.0)
+        return out("BLOCK", trend_block_reason(worst_length, alpha=policy.alpha))
     if flips:
         a = max(flips, key=lambda x: x.flip_rate)
         acc = next(r for r in family if r.suite == a.suite)
@@ -131,6 +144,7 @@ def verdict_from(
             f"{what} on {len(family)} suite(s), {n_items} paired item(s), at alpha {policy.alpha} after Holm "
             f"over {tests} test(s)"
         )
+    reason += trend_pass_note(lengths)
     gated = [a for a in agreement if a.status != "info"]  # a graded metric's changed share is not gated
     if gated:
         reason += f"; flips within budget (max {max(a.flip_rate for a in gated):.1%})"

@@ -38,6 +38,7 @@ from evalgate.stats._resampling import (
     sign_flip_test,
 )
 from evalgate.stats._seeds import stable_seed
+from evalgate.stats._trend import TrendResult, discordant_trend
 from evalgate.stats.sequential import (
     SequentialOutcome,
     SequentialRule,
@@ -59,7 +60,9 @@ __all__ = [
     "SequentialOutcome",
     "SequentialResult",
     "SequentialRule",
+    "TrendResult",
     "choice_kl",
+    "discordant_trend",
     "excess_test",
     "flip_budget_test",
     "flip_evalue",

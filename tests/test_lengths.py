@@ -1,0 +1,200 @@
+"""Long-context suites (#21): rows per context length, the gated longest-length row, the
+sent-prompt proof, and how reports show them. Records are synthetic (the long_context suite's
+record interface: ``extra`` with ``context_length``, ``task``, ``depth``, ``prompt_tokens`` and
+``sent_hash``), so each test knows its counts exactly."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from typing import Any
+
+import pytest
+from scipy import stats as st
+
+from evalgate import stats
+from evalgate.gate import GatePolicy, decide
+from evalgate.gate._lengths import length_rows, suite_lengths
+from evalgate.records import Pair, Record
+
+SUITE, METRIC = "long_context", "string_match_all"
+Counts = tuple[int, int, int, int]
+
+
+def _rec(arm: str, item: str, length: int, ok: int, *, sent: str | None = None, **extra: Any) -> Record:
+    return Record(
+        run_id="r", arm=arm, variant=arm, suite=SUITE, suite_version=1, item_id=item, repeat=0,
+        prompt_hash=f"p-{item}", target=["12345"], response="12345" if ok else "nope", extracted=None,
+        metrics={METRIC: float(ok)},
+        extra={"context_length": length, "task": "niah_single", "depth": 0.5, "prompt_tokens": length - 3,
+               "sent_hash": sent or hashlib.sha256(item.encode()).hexdigest()[:16], **extra},
+    )  # fmt: skip
+
+
+def length_pairs(by_length: dict[int, Counts]) -> list[Pair]:
+    """Pairs per length from each length's (n11, n10, n01, n00)."""
+    out = []
+    for length, counts in by_length.items():
+        i = 0
+        for (b, c), k in zip(((1, 1), (1, 0), (0, 1), (0, 0)), counts, strict=True):
+            for _ in range(k):
+                item = f"niah_single/{length}/{i:04d}"
+                out.append(
+                    Pair(item, 0, _rec("baseline", item, length, b), _rec("candidate", item, length, c))
+                )
+                i += 1
+    return out
+
+
+def midp(n10: int, n01: int, alternative: str) -> float:
+    """Independent reference from scipy.stats.binomtest: mid-p = exact p - P(X = observed) (two-sided,
+    half in each tail) or - P(X = observed) / 2 (one-sided), X ~ Bin(n10 + n01, 1/2)."""
+    nd = n10 + n01
+    if nd == 0:
+        return 1.0
+    point = st.binom.pmf(n10, nd, 0.5)
+    if alternative == "less":  # H1: the candidate worse, n10 large
+        return st.binomtest(n10, nd, 0.5, alternative="greater").pvalue - point / 2
+    if n10 == n01:
+        return 1.0
+    return st.binomtest(n10, nd, 0.5).pvalue - point
+
+
+# --- the per-length rows and the trend row ----------------------------------------------------
+
+
+def test_length_rows_counts_and_two_sided_midp_against_scipy() -> None:
+    rows = length_rows(
+        length_pairs({2048: (30, 3, 1, 16), 1024: (40, 1, 2, 7), 4096: (20, 9, 2, 19)}), METRIC
+    )
+    assert [r.context_length for r in rows] == [1024, 2048, 4096]  # shortest first
+    r = rows[2]
+    assert (r.n, r.n11, r.n10, r.n01, r.n00, r.flips) == (50, 20, 9, 2, 19, 11)
+    assert math.isclose(r.baseline, 29 / 50) and math.isclose(r.candidate, 22 / 50)
+    assert math.isclose(r.delta, -7 / 50) and math.isclose(r.flip_rate, 11 / 50)
+    for row in rows:
+        assert math.isclose(row.p_value, midp(row.n10, row.n01, "two-sided"), rel_tol=1e-12)
+    # by hand: 9 vs 2 of 11, two-sided mid-p = 2 P(X <= 2) - P(X = 2) = (2 * 67 - 55) / 2048
+    assert math.isclose(rows[2].p_value, 79 / 2048, rel_tol=1e-12)
+
+
+def test_trend_row_blocks_when_only_the_longest_length_regresses() -> None:
+    """Three short lengths unchanged, 4k loses 10 of 50 net: pooled over 200 items the change is
+    not significant, the longest-length row is, after Holm over the family."""
+    pairs = length_pairs({
+        1024: (35, 1, 1, 13), 2048: (35, 1, 2, 12), 4096: (34, 2, 2, 12), 8192: (25, 11, 1, 13),
+    })  # fmt: skip
+    v = decide({SUITE: ([METRIC], pairs)}, policy=GatePolicy(agreement_gate=False))
+    pooled = v.suites[0]
+    assert (pooled.n, pooled.n10, pooled.n01) == (200, 15, 6)
+    assert pooled.p_value > 0.05 and not pooled.significant  # the pooled row alone would pass
+    [section] = v.lengths
+    t = section.trend
+    assert t is not None and t.context_length == 8192 and (t.n10, t.n01, t.n) == (11, 1, 50)
+    assert math.isclose(t.p_value, midp(11, 1, "less"), rel_tol=1e-12)
+    # Holm over two tests: the trend's p is the smaller, so adjusted = 2 p
+    assert math.isclose(t.p_adjusted, min(1.0, 2 * t.p_value), rel_tol=1e-12)
+    assert t.significant and t.status == "block"
+    assert v.verdict == "BLOCK" and v.exit_code == 1
+    assert "8192 tokens" in v.reason and "lost 11 and gained 1 of 50" in v.reason
+    # the primary row's MDE is at the level Holm's first step demands over both tests
+    assert math.isclose(pooled.mde_alpha, 0.05 / 2)
+    assert v.to_dict()["lengths"][0]["trend"]["status"] == "block"
+
+
+def test_trend_row_is_one_sided_and_passes_an_improvement() -> None:
+    pairs = length_pairs({1024: (40, 1, 1, 8), 8192: (25, 1, 12, 12)})
+    v = decide({SUITE: ([METRIC], pairs)}, policy=GatePolicy(agreement_gate=False, policy="regression"))
+    t = v.lengths[0].trend
+    assert t is not None and t.p_value > 0.99 and t.status == "pass"
+    assert v.verdict == "PASS" and "no significant loss at the longest context length" in v.reason
+
+
+def test_no_lengths_leaves_the_verdict_as_it_was() -> None:
+    """Records without a context length: no section, no extra Holm member, no key in verdict.json."""
+    pairs = length_pairs({1024: (30, 6, 1, 13)})
+    plain = [Pair(p.item_id, 0, _strip(p.baseline), _strip(p.candidate)) for p in pairs]
+    v = decide({SUITE: ([METRIC], plain)}, policy=GatePolicy())
+    assert v.lengths == [] and "lengths" not in v.to_dict()
+    assert v.suites[0].mde_alpha == 0.05 / 2  # the suite and its agreement row only
+
+
+def _strip(r: Record) -> Record:
+    return Record(**{**r.__dict__, "extra": {}})
+
+
+def test_one_length_has_rows_but_no_trend() -> None:
+    s = suite_lengths(SUITE, METRIC, length_pairs({2048: (30, 6, 1, 13)}))
+    assert s is not None and len(s.rows) == 1 and s.trend is None and "one context length" in s.note
+
+
+def test_repeats_give_a_note_not_rows() -> None:
+    s = suite_lengths(
+        SUITE, METRIC, length_pairs({1024: (3, 1, 0, 1), 2048: (3, 0, 1, 1)}), kind="continuous"
+    )
+    assert s is not None and s.rows == [] and s.trend is None and "--repeats" in s.note
+
+
+def test_sequential_shows_the_trend_without_gating_it() -> None:
+    pairs = length_pairs({1024: (35, 1, 1, 13), 8192: (25, 11, 1, 13)})
+    s = suite_lengths(SUITE, METRIC, pairs, gated=False)
+    assert s is not None and s.trend is not None and not s.trend.gated and "--sequential" in s.note
+
+
+def test_different_sent_prompts_are_an_error_never_a_verdict() -> None:
+    pairs = length_pairs({1024: (30, 0, 0, 10), 2048: (30, 0, 0, 10)})
+    bad = pairs[41]
+    pairs[41] = Pair(bad.item_id, 0, bad.baseline, _rec("candidate", bad.item_id, 2048, 1, sent="f" * 16))
+    v = decide({SUITE: ([METRIC], pairs)}, policy=GatePolicy())
+    assert v.verdict == "ERROR" and v.exit_code == 3
+    assert "the arms were sent different prompts for 1 item(s)" in v.reason and bad.item_id in v.reason
+    assert v.suites[0].status == "error" and v.lengths == []
+
+
+def test_a_failed_item_sent_nothing_to_compare() -> None:
+    pairs = length_pairs({1024: (30, 0, 0, 10)})
+    p = pairs[0]
+    failed = _rec("candidate", p.item_id, 1024, 0, sent="0" * 16, error="HTTP 500")
+    pairs[0] = Pair(p.item_id, 0, p.baseline, failed)
+    assert decide({SUITE: ([METRIC], pairs)}, policy=GatePolicy()).verdict != "ERROR"
+
+
+# --- the exact trend test ------------------------------------------------------------------------
+
+
+def _brute(n10: list[int], n01: list[int]) -> tuple[float, float]:
+    """P(T >= t) and the mid-p by enumerating every placement of the regressions among the
+    discordant pairs (each equally likely under H0)."""
+    groups = [j for j, (a, b) in enumerate(zip(n10, n01, strict=True)) for _ in range(a + b)]
+    k, t = sum(n10), sum(j * a for j, a in enumerate(n10))
+    law = [sum(groups[i] for i in c) for c in itertools.combinations(range(len(groups)), k)]
+    ge, eq = sum(x >= t for x in law), sum(x == t for x in law)
+    return ge / len(law), (ge - eq / 2) / len(law)
+
+
+@pytest.mark.parametrize(
+    ("n10", "n01"),
+    [([1, 2, 4], [3, 2, 0]), ([0, 1, 1, 3], [2, 1, 1, 0]), ([2, 2], [2, 2]), ([0, 0, 5], [4, 1, 0])],
+)
+def test_discordant_trend_against_enumeration(n10: list[int], n01: list[int]) -> None:
+    r = stats.discordant_trend(n10, n01)
+    exact, mid = _brute(n10, n01)
+    assert math.isclose(r.pvalue_exact, exact, rel_tol=1e-12) and math.isclose(r.pvalue, mid, rel_tol=1e-12)
+
+
+def test_discordant_trend_with_two_groups_is_fishers_exact_test() -> None:
+    n10, n01 = [2, 9], [6, 1]
+    r = stats.discordant_trend(n10, n01, mid_p=False)
+    # rows: groups; columns: regression, improvement; H1: the later group has more regressions
+    _, p = st.fisher_exact([[n10[1], n01[1]], [n10[0], n01[0]]], alternative="greater")
+    assert math.isclose(r.pvalue, p, rel_tol=1e-12)
+    assert r.statistic == 9 and math.isclose(r.expected, 11 / 18 * 10)
+
+
+def test_discordant_trend_edges() -> None:
+    assert stats.discordant_trend([0, 0], [0, 0]).pvalue == 1.0  # nothing discordant
+    assert stats.discordant_trend([3, 4], [0, 0]).pvalue == 1.0  # all regressions: no variation
+    assert stats.discordant_trend([0, 5, 0], [0, 2, 0]).pvalue == 1.0  # one group with any
+    with pytest.raises(ValueError):
+        stats.discordant_trend([1], [1, 2])
