@@ -7,16 +7,26 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
+import html5lib
 import pytest
+from rich.console import Console
 from scipy import stats as st
 
 from evalgate import stats
 from evalgate.gate import GatePolicy, decide
-from evalgate.gate._lengths import length_rows, suite_lengths
-from evalgate.records import Pair, Record
+from evalgate.gate._lengths import SuiteLengths, length_rows, suite_lengths
+from evalgate.records import Pair, Record, RecordStore
+from evalgate.report import render_run
+from evalgate.report.lengths_svg import lengths_chart
+from evalgate.report.terminal import print_verdict
+from tests._runs import SynthSuite, build_run
 
 SUITE, METRIC = "long_context", "string_match_all"
 Counts = tuple[int, int, int, int]
@@ -198,3 +208,111 @@ def test_discordant_trend_edges() -> None:
     assert stats.discordant_trend([0, 5, 0], [0, 2, 0]).pvalue == 1.0  # one group with any
     with pytest.raises(ValueError):
         stats.discordant_trend([1], [1, 2])
+
+
+# --- reports -----------------------------------------------------------------------------------
+
+
+def long_run(
+    root: Path, by_length: dict[int, Counts], *, name: str = SUITE, extra: dict[str, Any] | None = None
+) -> Path:
+    """A run folder (tests/_runs.py) whose records carry the long_context suite's ``extra``."""
+    outcomes = [
+        (length, b, c)
+        for length, counts in by_length.items()
+        for (b, c), k in zip(((1, 1), (1, 0), (0, 1), (0, 0)), counts, strict=True)
+        for _ in range(k)
+    ]
+    run = build_run(root, [SynthSuite(name, (len(outcomes), 0, 0, 0), metrics=(METRIC,))], extra=extra)
+    for side, arm in enumerate(("baseline", "candidate")):
+        path = RecordStore(run).path(name, arm)
+        lines = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            length, *ok = outcomes[int(rec["item_id"][-4:])]
+            rec["metrics"] = {METRIC: float(ok[side])}
+            rec["extra"] = {"context_length": length, "task": "niah_single", "depth": 0.5,
+                            "prompt_tokens": length - 2, "sent_hash": rec["prompt_hash"][-16:]}  # fmt: skip
+            lines.append(json.dumps(rec) + "\n")
+        path.write_text("".join(lines), encoding="utf-8")
+    return run
+
+
+REGRESSES_AT_8K = {1024: (35, 1, 1, 13), 2048: (35, 1, 2, 12), 4096: (34, 2, 2, 12), 8192: (25, 11, 1, 13)}
+
+
+def _svgs(page: str) -> list[ET.Element]:
+    return [
+        ET.fromstring(m)
+        for m in re.findall(r'<svg xmlns="http://www.w3.org/2000/svg" class="lengths".*?</svg>', page, re.S)
+    ]
+
+
+def test_report_shows_the_length_panel_next_to_the_forest_plot(tmp_path: Path) -> None:
+    run = long_run(tmp_path / "run", REGRESSES_AT_8K)
+    _, verdict = render_run(run)
+    assert verdict.verdict == "BLOCK" and "8192 tokens" in verdict.reason
+    page = (run / "report.html").read_text(encoding="utf-8")
+    html5lib.HTMLParser(strict=True, namespaceHTMLElements=False).parse(page)
+    forest, panel, pair = page.index('id="forest"'), page.index('id="lengths-0"'), page.index('id="pair"')
+    assert forest < panel < pair  # beside the forest plot
+    [svg] = _svgs(page)
+    assert svg.find("{http://www.w3.org/2000/svg}title").text.startswith("long_context: string_match_all")
+    labels = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert ["1k", "2k", "4k", "8k"] == [x for x in labels if x and x.endswith("k")]
+    assert "BLOCK (gated)" in labels
+    # what it buys (the KV buffers of a fixed pool: 90 vs 48 MiB) and what it costs (8k flips)
+    assert "90.0 MiB, candidate 48.0 MiB (1.88x the tokens per MiB)" in page
+    assert "24.0% of answers flipped at 8k tokens" in page
+    assert '<td class="mono">8k (8,192 tokens)</td>' in page and '<td class="mono">11 / 1</td>' in page
+    summary = (run / "summary.md").read_text(encoding="utf-8")
+    assert "#### long\\_context by context length" in summary
+    assert "| 8k (8,192 tokens) | 50 | 0.720 | 0.520 | -20.0 pt | 12 (24.0%) | 11 / 1 |" in summary
+    assert json.loads((run / "verdict.json").read_text())["lengths"][0]["trend"]["status"] == "block"
+
+
+def test_capacity_in_tokens_when_the_run_recorded_it(tmp_path: Path) -> None:
+    server = {"capacity": {"kv_tokens": 686_000, "kv_mib": 40_000.0, "pool_sized_by_memory": True}}
+    cand = {"capacity": {"kv_tokens": 1_372_000, "kv_mib": 40_000.0, "pool_sized_by_memory": True}}
+    run = long_run(tmp_path / "run", {1024: (40, 0, 0, 10), 2048: (40, 1, 0, 9)})
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["arms"]["baseline"]["server"], manifest["arms"]["candidate"]["server"] = server, cand
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    _, verdict = render_run(run)
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert (
+        "KV capacity: baseline 686,000 tokens, candidate 1,372,000 (+686,000 tokens of KV, 2.00x by KV pool"
+        in page
+    )
+    assert "2.0% of answers flipped at 2k tokens" in page and verdict.verdict == "PASS"
+
+
+def test_chart_escapes_text_and_parses(tmp_path: Path) -> None:
+    hostile = "<script>alert(1)</script>&\"'"
+    s = suite_lengths(hostile, "m<x>", length_pairs({1024: (5, 1, 0, 4), 4096: (5, 2, 1, 2)}))
+    assert s is not None
+    svg = str(lengths_chart(s, arms=("<b>", "fp8&kv")))
+    root = ET.fromstring(svg)  # well formed
+    assert "<script>" not in svg and "&lt;script&gt;" in svg and "fp8&amp;kv" in svg
+    assert root.find("{http://www.w3.org/2000/svg}title").text.startswith(hostile)
+    one = suite_lengths(SUITE, METRIC, length_pairs({2048: (5, 1, 0, 4)}))
+    assert one is not None and ET.fromstring(str(lengths_chart(one)))  # one length: no trend mark
+    assert str(lengths_chart(SuiteLengths(SUITE, METRIC))) == ""
+
+
+def test_terminal_prints_the_length_table() -> None:
+    v = decide({SUITE: ([METRIC], length_pairs(REGRESSES_AT_8K))}, policy=GatePolicy())
+    console = Console(record=True, width=160)
+    print_verdict(v, console)
+    text = console.export_text()
+    assert "long_context by context length" in text and "8k (8,192 tokens)" in text
+    assert "11 / 1" in text and "Longest length, 8k tokens (BLOCK): 11 item(s) lost, 1 gained of 50" in text
+
+
+def test_a_run_without_lengths_renders_without_the_panel(tmp_path: Path) -> None:
+    run = build_run(tmp_path / "run", [SynthSuite("gsm8k", (40, 3, 2, 5))])
+    render_run(run)
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert "by context length" not in page and 'class="lengths"' not in page
+    assert "lengths" not in json.loads((run / "verdict.json").read_text())
+    assert "context length" not in (run / "summary.md").read_text(encoding="utf-8")

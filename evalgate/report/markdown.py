@@ -11,7 +11,7 @@ import html
 import re
 
 from evalgate.report._items import ItemView, SuiteItems
-from evalgate.report._view import RunView
+from evalgate.report._view import RunView, Section
 
 __all__ = ["LIMIT", "render_markdown"]
 
@@ -104,9 +104,17 @@ def _head(v: RunView) -> list[str]:
             + (_md(v.margin_text) if v.margin_text else "the power floor (2 pt)")
             + ", so a PASS there is weak evidence; run more items to tighten it.\n"
         )
+    out += [_length_table(s) for s in v.lengths]
     if v.notes:
         out.append("\n" + "".join(f"> note: {_md(n)}\n" for n in v.notes))
     return out
+
+
+def _length_table(s: Section) -> str:
+    """A long-context suite's rows per context length, and what the candidate buys and costs."""
+    head = "| " + " | ".join(_md(h) for h in s.headers) + " |\n|---|" + "--:|" * (len(s.headers) - 1) + "\n"
+    rows = "".join("| " + " | ".join(_md(c) for c in row) + " |\n" for row in s.rows)
+    return f"\n#### {_md(s.title)}\n\n{head}{rows}\n{_md(s.note)}\n"
 
 
 def _suite_block(s: SuiteItems, k: int) -> str:

@@ -7,7 +7,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from evalgate.gate import Row, Verdict
+from evalgate.gate._lengths import SuiteLengths
 from evalgate.report._format import show_bidi
+from evalgate.report._lengths import HEADERS, length_cells, trend_text
 
 __all__ = ["print_verdict"]
 
@@ -58,6 +60,9 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
                 a.status.upper(),
             )  # fmt: skip
         console.print(agree)
+    for section in verdict.lengths:  # long-context suites (gate/_lengths.py)
+        console.print(_lengths(section))
+        console.print(escape(show_bidi(trend_text(section))))
     if verdict.aa:
         console.print("A/A noise floor: " + ", ".join(f"{r.suite} {r.flips:.1%} flips" for r in verdict.aa))
     # the reason and notes may quote a server ("[/bold]", a U+202E in an error body): text, never
@@ -68,6 +73,15 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         console.print(f"note: {escape(show_bidi(note))}")
     if run_dir:
         console.print(f"evidence: {escape(run_dir)}")
+
+
+def _lengths(s: SuiteLengths) -> Table:
+    table = Table(title=f"{escape(s.suite)} by context length", title_justify="left")
+    for col in HEADERS:
+        table.add_column(col, justify="left" if col == "context length" else "right")
+    for r in s.rows:
+        table.add_row(*length_cells(r))
+    return table
 
 
 def _score(r: Row, passed: int, rate: float) -> str:
