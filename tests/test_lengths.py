@@ -106,6 +106,8 @@ def test_trend_row_blocks_when_only_the_longest_length_regresses() -> None:
     # Holm over two tests: the trend's p is the smaller, so adjusted = 2 p
     assert math.isclose(t.p_adjusted, min(1.0, 2 * t.p_value), rel_tol=1e-12)
     assert t.significant and t.status == "block"
+    exact = stats.discordant_trend([1, 1, 2, 11], [1, 2, 2, 1])  # informational, shown in the reason
+    assert t.trend_p == exact.pvalue and f"p = {exact.pvalue:.3g}" in t.reason
     assert v.verdict == "BLOCK" and v.exit_code == 1
     assert "8192 tokens" in v.reason and "lost 11 and gained 1 of 50" in v.reason
     # the primary row's MDE is at the level Holm's first step demands over both tests
@@ -316,3 +318,19 @@ def test_a_run_without_lengths_renders_without_the_panel(tmp_path: Path) -> None
     assert "by context length" not in page and 'class="lengths"' not in page
     assert "lengths" not in json.loads((run / "verdict.json").read_text())
     assert "context length" not in (run / "summary.md").read_text(encoding="utf-8")
+
+
+def test_non_inferiority_gates_the_longest_length_with_the_agreement_tests() -> None:
+    pairs = length_pairs(REGRESSES_AT_8K)
+    v = decide({SUITE: ([METRIC], pairs)}, policy=GatePolicy(policy="non-inferiority", margin="10pt"))
+    t = v.lengths[0].trend
+    assert t is not None and v.suites[0].status == "pass"  # pooled: -4.5 pt, lower bound above -10 pt
+    # the family: the flip test, the trend row (the suite's row is tested on its own)
+    holm = stats.holm([v.agreement[0].p_value, t.p_value])
+    assert math.isclose(t.p_adjusted, holm[1], rel_tol=1e-12)
+    assert v.verdict == "BLOCK" and "at the longest context length (8192 tokens)" in v.reason
+
+
+def test_the_exact_trend_is_left_out_where_it_can_say_nothing() -> None:
+    only_long = suite_lengths(SUITE, METRIC, length_pairs({1024: (40, 0, 0, 10), 4096: (30, 9, 0, 11)}))
+    assert only_long is not None and only_long.trend is not None and only_long.trend.trend_p is None

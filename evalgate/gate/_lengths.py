@@ -103,7 +103,8 @@ class LengthTrend:
     """False with --sequential: then the row is not in the Holm family."""
     trend_p: float | None = None
     """Informational: exact conditional test that the share of regressions among the discordant
-    pairs grows with length (``stats.discordant_trend``, one-sided)."""
+    pairs grows with length (``stats.discordant_trend``, one-sided mid-p); None when it can say
+    nothing (flips at fewer than two lengths, or all of one kind)."""
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
@@ -202,14 +203,23 @@ def suite_lengths(
         test = stats.mcnemar(last.n10, last.n01, alternative="less", mid_p=True)
         trend = LengthTrend(
             context_length=last.context_length, n=last.n, baseline=last.baseline, candidate=last.candidate,
-            n10=last.n10, n01=last.n01, p_value=float(test.pvalue), gated=gated,
-            trend_p=float(stats.discordant_trend([r.n10 for r in rows], [r.n01 for r in rows]).pvalue),
+            n10=last.n10, n01=last.n01, p_value=float(test.pvalue), gated=gated, trend_p=_trend_p(rows),
         )  # fmt: skip
         if not gated:
             notes.append(
                 "--sequential: the longest-length row is shown, not gated (its fixed-n p is not valid)"
             )
     return SuiteLengths(suite, metric, rows, trend, "; ".join(notes))
+
+
+def _trend_p(rows: Sequence[LengthRow]) -> float | None:
+    """The exact trend test's p, or None where it can say nothing: flips at fewer than two
+    lengths, or flips all one way (the share of regressions among them cannot vary)."""
+    flipped = [r for r in rows if r.flips]
+    lost = sum(r.n10 for r in rows)
+    if len(flipped) < 2 or lost in (0, sum(r.flips for r in rows)):
+        return None
+    return float(stats.discordant_trend([r.n10 for r in rows], [r.n01 for r in rows]).pvalue)
 
 
 def lengths_for(
