@@ -11,12 +11,16 @@ blocking only when the excess is significantly above 3 points, so a noisy (nonde
 server is not blocked for its own noise and the A/A rate's own error is accounted for. Under the
 regression policy only regressions (baseline right, candidate wrong) count.
 
-Unanswered items: a generation suite's records say whether each completion came back empty or
-cut at its token cap (``finish_reason`` "length"); with ``--errors-as-wrong`` an item that failed
-counts as unanswered too, and every suite (log-likelihood ones included) gets the test. A candidate that leaves items unanswered where the baseline answered
-is not only "wrong" there (a low-accuracy baseline would hide it): the row also tests
-(candidate unanswered, baseline answered) against the reverse with a one-sided McNemar mid-p,
-as its own member of the Holm family, and the row blocks when that test is significant.
+Unanswered items: a generation suite's records say whether each completion came back empty, had
+no extractable answer (``no_answer``) or was cut at its token cap (``finish_reason`` "length");
+with ``--errors-as-wrong`` an item that failed counts as unanswered too, and every suite
+(log-likelihood ones included) gets the test. A candidate that leaves items unanswered where the
+baseline answered is not only "wrong" there (a low-accuracy baseline would hide it): the row also
+tests (candidate unanswered, baseline answered) against the reverse with a one-sided McNemar
+mid-p, as its own member of the Holm family, and the row blocks when that test is significant.
+Under ``--repeats k`` an item's unanswered share over its repeats is one graded outcome per arm,
+tested with the one-sided paired sign-flip test. Sampled runs replace the flip budget with the
+excess of cross-arm over repeat-to-repeat disagreement (``SampledAgreement``, ``repeats.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
@@ -37,6 +42,7 @@ __all__ = [
     "DEFAULT_FLIP_BUDGET",
     "NOISE_HINT",
     "AgreementRow",
+    "SampledAgreement",
     "UnansweredTest",
     "agreement_reason",
     "agreement_row",
@@ -58,13 +64,39 @@ class UnansweredTest:
     baseline_rate: float
     candidate_rate: float
     n10: int
-    """Items the candidate left unanswered where the baseline answered."""
+    """Items the candidate left unanswered where the baseline answered (--repeats: items whose
+    unanswered share is higher on the candidate)."""
     n01: int
-    """Items the baseline left unanswered where the candidate answered."""
+    """Items the baseline left unanswered where the candidate answered (--repeats: the reverse)."""
     p_value: float
-    """McNemar mid-p, one-sided (H1: the candidate leaves more items unanswered)."""
+    """One-sided (H1: the candidate leaves more items unanswered): McNemar mid-p, or under
+    --repeats the sign-flip test of the per-item unanswered shares."""
     p_adjusted: float | None = None
     significant: bool = False
+    test: str = "mcnemar"
+    """mcnemar (one record per item) or sign-flip (--repeats: per-item shares over the repeats)."""
+
+
+@pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
+class SampledAgreement:
+    """--repeats k: cross-arm disagreement between repeats against each arm's own
+    (``stats.sampled_excess_test``; means over items, shares of repeat pairs r != s)."""
+
+    k: int
+    items: int
+    cross: float
+    """Share of repeat pairs (r != s) on which the arms' outcomes differ."""
+    baseline_within: float
+    """The baseline's own repeat-to-repeat disagreement."""
+    candidate_within: float
+    excess: float
+    """cross - (baseline_within + candidate_within) / 2: estimates the mean squared per-item
+    difference in the chance of being right."""
+    margin: float
+    p_exchange: float
+    """Exact or Monte Carlo arm-swap test (H0: the arms are exchangeable)."""
+    p_margin: float
+    """Bootstrap over items (H0: mean excess <= margin)."""
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
@@ -103,25 +135,33 @@ class AgreementRow:
     nonfinite: int = 0
     """Multiple-choice items with a non-finite choice log-likelihood on an arm: left out of
     ``kl_mean``; in ``top1_agree`` they agree only when both arms' values are identical."""
+    sampled: SampledAgreement | None = None
+    """--repeats k > 1: the test that replaces the flip budget (None otherwise, written without the key)."""
 
 
 def unanswered(record: Record) -> bool | None:
     """Whether ``record`` holds no answer: an error counted as wrong (``--errors-as-wrong``), an
-    empty completion, or one cut at its token cap; None when the record does not say (a
-    log-likelihood item, or a record written before evalgate kept these)."""
+    empty completion, one without an extractable answer (``no_answer``) or one cut at its token
+    cap; None when the record does not say (a log-likelihood item, or a record written before
+    evalgate kept these)."""
     extra = record.extra
     if "error" in extra:
         return True
-    if "empty" not in extra:
+    if "empty" not in extra and "no_answer" not in extra:
         return None
-    return bool(extra["empty"]) or extra.get("finish_reason") == "length"
+    return bool(extra.get("empty")) or bool(extra.get("no_answer")) or extra.get("finish_reason") == "length"
 
 
 def unanswered_test(pairs: Sequence[Pair], *, errors_as_wrong: bool = False) -> UnansweredTest | None:
     """The unanswered rates and test of a suite whose records say (a generation suite), or of any
     suite when failed items count as wrong; else None."""
-    if not errors_as_wrong and not any("empty" in r.extra for p in pairs for r in (p.baseline, p.candidate)):
+    says = ("empty", "no_answer")
+    if not errors_as_wrong and not any(
+        k in r.extra for p in pairs for r in (p.baseline, p.candidate) for k in says
+    ):
         return None
+    if any(p.repeat for p in pairs):
+        return _unanswered_shares(pairs)
     flags = [(bool(unanswered(p.baseline)), bool(unanswered(p.candidate))) for p in pairs]
     n = len(flags)
     n10 = sum(c and not b for b, c in flags)
@@ -134,6 +174,22 @@ def unanswered_test(pairs: Sequence[Pair], *, errors_as_wrong: bool = False) -> 
         n01=n01,
         p_value=float(test.pvalue),
     )
+
+
+def _unanswered_shares(pairs: Sequence[Pair]) -> UnansweredTest:
+    """--repeats: each item's unanswered share over its repeats per arm, and the one-sided paired
+    sign-flip test of the candidate's shares against the baseline's (seeded, so re-renders agree)."""
+    shares: dict[str, list[tuple[bool, bool]]] = {}
+    for p in pairs:
+        shares.setdefault(p.item_id, []).append((bool(unanswered(p.baseline)), bool(unanswered(p.candidate))))
+    b = np.array([sum(x for x, _ in v) / len(v) for v in shares.values()])
+    c = np.array([sum(y for _, y in v) / len(v) for v in shares.values()])
+    seed = stats.stable_seed("unanswered", pairs[0].baseline.suite)
+    test = stats.sign_flip_test(b, c, alternative="greater", rng=np.random.default_rng(seed))
+    return UnansweredTest(
+        baseline_rate=float(b.mean()), candidate_rate=float(c.mean()), n10=int((c > b).sum()),
+        n01=int((b > c).sum()), p_value=float(test.pvalue), test="sign-flip",
+    )  # fmt: skip
 
 
 NOISE_HINT = (
@@ -155,7 +211,15 @@ def agreement_reason(a: AgreementRow, *, hint: str = NOISE_HINT) -> str:
     """The row's reason: its flips against the budget (or the A/A arm's), and its unanswered items
     if it has the test; a BLOCK without --aa says the budget includes the server's own noise."""
     what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
-    if a.aa_excess is not None and a.aa_flip_rate is not None:
+    sa = a.sampled
+    if sa is not None:
+        where = (
+            f"sampled {sa.k}x: the arms disagree on {sa.cross:.1%} of repeat pairs against {sa.baseline_within:.1%} "
+            f"(baseline) and {sa.candidate_within:.1%} (candidate) repeat to repeat: excess "
+            f"{sa.excess * 100:+.1f} pt, allowed {sa.margin * 100:.1f} pt ({a.budget_source}); same-seed "
+            f"{what.split()[-1]} {a.flips}/{a.n}"
+        )
+    elif a.aa_excess is not None and a.aa_flip_rate is not None:
         where = (
             f"{a.flip_rate:.1%} {what} ({a.flips}/{a.n}) against {a.aa_flip_rate:.1%} in the A/A pair on the "
             f"same items: excess {a.aa_excess * 100:+.1f} pt, allowed {(a.budget - a.aa_flip_rate) * 100:.1f} pt "
@@ -166,10 +230,12 @@ def agreement_reason(a: AgreementRow, *, hint: str = NOISE_HINT) -> str:
         where = f"{a.flip_rate:.1%} {what} ({a.flips}/{a.n}{aa}), budget {a.budget:.1%} ({a.budget_source})"
     if a.significant:
         over = (
-            "more than the budget" if a.aa_excess is None else "more over the A/A rate than the margin allows"
-        )
+            "more than the budget" if a.aa_excess is None and sa is None
+            else "more over the arms' own disagreement than the margin allows" if sa is not None
+            else "more over the A/A rate than the margin allows"
+        )  # fmt: skip
         text = f"{where}: {over}, p = {a.p_value:.3g}, adjusted {a.p_adjusted:.3g}"
-        if a.aa_excess is None:
+        if a.aa_excess is None and sa is None:
             text += f"; {hint}"
     else:
         text = f"{where}, p = {a.p_value:.3g}"
@@ -181,7 +247,8 @@ def agreement_reason(a: AgreementRow, *, hint: str = NOISE_HINT) -> str:
     text += (
         f"; unanswered (failed, empty or cut at the token cap): baseline {u.baseline_rate:.1%}, candidate "
         f"{u.candidate_rate:.1%}, {u.n10} left by the candidate where the baseline answered vs {u.n01} "
-        f"the reverse (one-sided McNemar mid-p = {u.p_value:.3g}"
+        f"the reverse (one-sided {'sign-flip test of per-item shares, p' if u.test == 'sign-flip' else 'McNemar mid-p'}"
+        f" = {u.p_value:.3g}"
     )
     if u.significant:
         return text + f", adjusted {u.p_adjusted:.3g}): the candidate leaves more items unanswered"

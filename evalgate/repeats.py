@@ -5,6 +5,10 @@ k samples. Repeat r of an item carries the same seed on both arms (common random
 pair shares the sampling noise as far as the engine allows. An item's k outcomes are not k
 independent items: the gate tests the per-item mean, a number in [0, 1], with the paired
 sign-flip test for a graded metric (``gate/_rows.py``); k = 1 stays McNemar.
+
+The agreement row of a sampled run cannot hold a fixed flip budget: two samples of one model
+disagree by chance. ``sampled_agreement_row`` tests instead whether the arms disagree with each
+other, repeat to repeat, more than each disagrees with itself (``stats.sampled_excess_test``).
 """
 
 from __future__ import annotations
@@ -14,9 +18,24 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from evalgate.records import Pair, Record
+import numpy as np
 
-__all__ = ["RepeatSummary", "item_means", "repeat_summary"]
+from evalgate import stats
+from evalgate.agreement import AgreementRow, SampledAgreement, agreement_row
+from evalgate.records import Pair, Record
+from evalgate.stats._sampled import sampled_excess_test
+
+__all__ = [
+    "RESAMPLES",
+    "RepeatSummary",
+    "item_means",
+    "outcome_matrix",
+    "repeat_summary",
+    "sampled_agreement_row",
+]
+
+RESAMPLES = 10_000
+"""Arm swaps and bootstrap resamples of the sampled agreement test (as the graded rows use)."""
 
 
 def _mean_record(recs: Sequence[Record], metrics: Sequence[str]) -> Record:
@@ -61,13 +80,13 @@ class RepeatSummary:
     """Share of (item, repeat) pairs whose responses are the same text on both arms."""
 
     def note(self, suite: str, metric: str) -> str:
-        (b1, c1), (bk, ck), (bm, cm) = self.pass1, self.passk, self.majority
+        (b1, c1) = self.pass1
         return (
-            f"{suite} sampled {self.k}x per item ({self.items} items, same seed per repeat on both arms): "
-            f"{metric} pass@1 (avg of {self.k}) {b1:.3f} -> {c1:.3f}, pass@{self.k} {bk:.3f} -> {ck:.3f}, "
-            f"majority@{self.k} {bm:.3f} -> {cm:.3f}; "
-            f"identical responses {self.identical:.0%} of item-repeats; tested on per-item means "
-            "(sign-flip); the flip row is shown, not gated"
+            f"{suite} sampled {self.k}x per item ({self.items} items, same seed per repeat on both arms, "
+            f"identical responses {self.identical:.0%} of item-repeats): {metric} pass@1 (avg of {self.k}) "
+            f"{b1:.3f} -> {c1:.3f}, tested on per-item means (sign-flip); the agreement row tests the arms' "
+            f"disagreement beyond their own, repeat to repeat; pass@{self.k}, majority@{self.k} and answer "
+            "rates per arm under Answers"
         )
 
 
@@ -107,3 +126,52 @@ def repeat_summary(pairs: Sequence[Pair], metric: str, k: int) -> RepeatSummary:
         majority=(majority("baseline"), majority("candidate")),
         identical=sum(same) / len(same) if same else 0.0,
     )
+
+
+def outcome_matrix(pairs: Sequence[Pair], metric: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(items, k) arrays of each arm's 0/1 outcome, repeat r in column r, over the items that have
+    the most repeats; None when that is fewer than 2 or an outcome is not 0 or 1 (a graded metric)."""
+    groups = _by_item(pairs).values()
+    k = max((len(g) for g in groups), default=0)
+    full = [sorted(g, key=lambda p: p.repeat) for g in groups if len(g) == k]
+    if k < 2:
+        return None
+    x = np.array([[p.baseline.metrics.get(metric, np.nan) for p in g] for g in full], dtype=float)
+    y = np.array([[p.candidate.metrics.get(metric, np.nan) for p in g] for g in full], dtype=float)
+    if not (np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all()):
+        return None
+    return x, y
+
+
+def sampled_agreement_row(
+    suite: str,
+    metric: str,
+    pairs: Sequence[Pair],
+    *,
+    margin: float,
+    budget_source: str,
+    counts: str = "flips",
+    errors_as_wrong: bool = False,
+) -> AgreementRow:
+    """The agreement row of a sampled suite from its per-repeat pairs: the descriptive measures
+    and the unanswered test as for any run (per-item shares under repeats), and the sampled
+    excess test against ``margin`` in place of the flip budget; ``sampled`` stays None (the row
+    is then shown, not gated) when the metric is graded or there are fewer than 2 repeats."""
+    row = agreement_row(
+        suite, metric, pairs, budget=margin, budget_source=budget_source, counts=counts,
+        errors_as_wrong=errors_as_wrong,
+    )  # fmt: skip
+    outcomes = outcome_matrix(pairs, metric)
+    if outcomes is None:
+        return row
+    rng = np.random.default_rng(stats.stable_seed("sampled-agreement", suite, metric))
+    res = sampled_excess_test(
+        *outcomes, margin=margin, n_resamples=RESAMPLES, regressions=counts == "regressions", rng=rng
+    )
+    row.p_value, row.test = res.pvalue, f"sampled excess over repeat-to-repeat ({res.method})"
+    row.sampled = SampledAgreement(
+        k=res.k, items=res.items, cross=res.cross, baseline_within=res.within_x,
+        candidate_within=res.within_y, excess=res.estimate, margin=margin, p_exchange=res.p_exchange,
+        p_margin=res.p_margin,
+    )  # fmt: skip
+    return row

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -163,6 +164,27 @@ async def _each(plan: RunPlan, arms: Sequence[str], job: Callable[[str], Awaitab
             await job(arm)
 
 
+class LiveAccuracy:
+    """The running mean of a suite's primary metric on one arm, for its progress bar (sgl-eval
+    shows one): a collapse shows minutes into a long run, not at its end. Failed items (no
+    metric) are left out; only the number is shown, never item text (private suites too)."""
+
+    def __init__(self, metric: str, records: Iterable[Record] = ()) -> None:
+        self.metric, self.total, self.n = metric, 0.0, 0
+        for r in records:
+            self.add(r)
+
+    def add(self, record: Record) -> str:
+        value = record.metrics.get(self.metric)
+        if value is not None and math.isfinite(value):
+            self.total, self.n = self.total + float(value), self.n + 1
+        return self.text
+
+    @property
+    def text(self) -> str:
+        return f"{self.metric.split(',')[0]} {self.total / self.n:.3f}" if self.n else ""
+
+
 async def _run_group(
     plan: RunPlan,
     schedule: Schedule,
@@ -192,6 +214,7 @@ async def _run_group(
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[acc]}"),
             TextColumn("{task.fields[state]}"),
             console=console,
             transient=False,
@@ -213,6 +236,7 @@ async def _run_blocks(
     records (so no look re-reads the files) and each arm's time on the suite is recorded."""
     items = plan.items[suite.name]
     bars: dict[str, Any] = {}
+    live: dict[str, LiveAccuracy] = {}
     spent: dict[str, float] = {}
 
     async def run(arm: str, block: list[Item]) -> None:
@@ -229,11 +253,18 @@ async def _run_blocks(
                     info = plan.manifest.arms[arm]
                     info.preflight = [*info.preflight, {**check, "check": f"{suite.name}: {check['check']}"}]
             left = len(missing(done, suite.name, items))
+            live[arm] = LiveAccuracy(suite.metrics[0], done.values())  # resumed items count too
             bars[arm] = progress.add_task(
-                f"{arm:9} {variant:10} {suite.name}", total=len(items), completed=len(items) - left, state=""
+                f"{arm:9} {variant:10} {suite.name}",
+                total=len(items),
+                completed=len(items) - left,
+                state="",
+                acc=live[arm].text,
             )
         t0 = time.perf_counter()
-        written = await run_suite(plan, suite, todo, scorers[arm], store, arm, variant, progress, bars[arm])
+        written = await run_suite(
+            plan, suite, todo, scorers[arm], store, arm, variant, progress, bars[arm], live=live[arm]
+        )
         spent[arm] = spent.get(arm, 0.0) + time.perf_counter() - t0
         done.update((r.key, r) for r in written)
 
@@ -260,8 +291,11 @@ async def run_suite(
     variant: str,
     progress: Progress,
     bar: Any,
+    *,
+    live: LiveAccuracy | None = None,
 ) -> list[Record]:
-    """Run ``items`` on one arm, appending each record as it is scored; returns the records."""
+    """Run ``items`` on one arm, appending each record as it is scored; returns the records.
+    ``live``: the arm's running accuracy on the suite, shown on its progress bar."""
     sem = asyncio.Semaphore(max(1, scorer.concurrency))
     hide = suite.private and not plan.options.reveal_private
     written: list[Record] = []
@@ -293,7 +327,7 @@ async def run_suite(
             )
             store.append(record)
             written.append(record)
-            progress.advance(bar)
+            progress.update(bar, advance=1, acc=live.add(record) if live else "")
 
     tasks = [asyncio.ensure_future(one(it)) for it in items]
     try:

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from evalgate.answers import answers_for
 from evalgate.errors import EvalgateError
 from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
 from evalgate.kernel_check import kernel_failures
@@ -123,14 +124,23 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     aa_pairs = run.aa_pairs if "aa" in run.arm_names else None
     kinds = {s: meta.metric_kind for s, meta in m.suites.items()}
     k = m.request.repeats
+    sampled = {s: pairs for s, (_, pairs) in per_suite.items()} if k > 1 else None
     if k > 1:  # sampled: each item's mean over its repeats is one graded outcome per arm
         per_suite = {s: (metrics, item_means(pairs, metrics)) for s, (metrics, pairs) in per_suite.items()}
         if aa_pairs is not None:
             aa_pairs = {s: item_means(p, m.suites[s].metrics) for s, p in aa_pairs.items()}
         kinds = dict.fromkeys(kinds, "continuous")
     verdict = decide(
-        per_suite, policy=policy, aa_pairs=aa_pairs, sequential=run.sequential or None, kinds=kinds
+        per_suite,
+        policy=policy,
+        aa_pairs=aa_pairs,
+        sequential=run.sequential or None,
+        kinds=kinds,
+        sampled=sampled,
     )
+    generation = [s for s, meta in m.suites.items() if meta.kind != "loglikelihood"]
+    first = {s: meta.metrics[0] for s, meta in m.suites.items()}
+    verdict.answers = answers_for(run.pairs, first, generation, k)
     if k > 1:
         for s, meta in m.suites.items():
             if run.pairs[s]:

@@ -73,6 +73,8 @@ class Hostile:
     """Seconds every POST waits before it is answered."""
     marker: str = ""
     """/props ``media_marker``, which llama-server draws at random per start (none when empty)."""
+    answer_for: dict[str, str] = field(default_factory=dict)
+    """Generation text per prompt (the last ``{"prompt"}`` key that ends the prompt), else ``answer``."""
     url: str = ""
     seen: list[tuple[str, Any]] = field(default_factory=list)
     scoring: int = 0
@@ -152,15 +154,16 @@ def hostile_app(h: Hostile) -> web.Application:
             return dump({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 0}})
         return None
 
-    def said(mode: str) -> tuple[Any, str]:
+    def said(mode: str, prompt: str = "") -> tuple[Any, str]:
         """(text, finish_reason) of a generation or chat answer in ``mode``."""
+        answer = next((a for end, a in h.answer_for.items() if prompt.endswith(end)), h.answer)
         return {
             "empty_text": ("", "stop"),
             "null_text": (None, "stop"),
             "huge_text": ("7 " * 150_000, "length"),
-            "truncated": (h.answer, "length"),
+            "truncated": (answer, "length"),
             "script_text": (SCRIPT, "stop"),
-        }.get(mode, (h.answer, "stop"))
+        }.get(mode, (answer, "stop"))
 
     async def completions(request: web.Request) -> web.Response:
         body = await read(request)
@@ -180,7 +183,7 @@ def hostile_app(h: Hostile) -> web.Application:
             if mode != "missing_logprobs":
                 choice["logprobs"] = {"content": content}
             return dump({"choices": [choice], "usage": usage})
-        text, finish = said(mode)
+        text, finish = said(mode, _text(body["prompt"]))
         return dump({"choices": [{"index": 0, "text": text, "finish_reason": finish}], "usage": usage})
 
     async def chat(request: web.Request) -> web.Response:

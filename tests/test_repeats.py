@@ -147,4 +147,4 @@ def test_pass_at_k_and_majority_on_known_records() -> None:
         p.item_id: (p.baseline.metrics["em"], p.candidate.metrics["em"]) for p in item_means(pairs, ["em"])
     }
     assert means["a"] == pytest.approx((1 / 3, 2 / 3)) and means["b"] == (0.0, 0.0)
-    assert "majority@3 0.000 -> 0.500" in s.note("s", "em")
+    assert "pass@1 (avg of 3) 0.167 -> 0.333" in s.note("s", "em")

@@ -35,6 +35,7 @@ from evalgate.gate._policy import GatePolicy
 from evalgate.gate._reasons import row_status, verdict_from
 from evalgate.gate._rows import check_suite, error_row, metric_row
 from evalgate.records import Pair
+from evalgate.repeats import sampled_agreement_row
 
 __all__ = ["decide"]
 
@@ -48,12 +49,15 @@ def decide(
     aa_pairs: Mapping[str, Sequence[Pair]] | None = None,
     sequential: Mapping[str, Any] | None = None,
     kinds: Mapping[str, str] | None = None,
+    sampled: Mapping[str, Sequence[Pair]] | None = None,
 ) -> Verdict:
     """``per_suite``: suite -> (metrics with the primary first, its pairs); ``aa_pairs``: suite ->
     baseline-vs-baseline pairs from ``--aa``; ``sequential``: suite -> SequentialOutcome, whose
     always-valid p-value replaces McNemar's for the primary row (McNemar's p is not valid after
     looking at the data every chunk); ``kinds``: suite -> its declared metric kind (binary by
-    default). ERROR (exit 3) when there is nothing to judge: no suites, a suite without paired
+    default); ``sampled``: suite -> its per-repeat pairs under --repeats k > 1, whose agreement
+    row tests the excess over the arms' own repeat-to-repeat disagreement. ERROR (exit 3) when
+    there is nothing to judge: no suites, a suite without paired
     items, a primary metric missing or non-finite on any item, an arm that failed every item."""
     if not per_suite:
         return Verdict("ERROR", policy.alpha, policy.policy, "no suites to compare: the family is empty")
@@ -61,14 +65,14 @@ def decide(
     problems = _problems(per_suite, aa_pairs, kind)
     good = [s for s in per_suite if s not in problems]
     aa = _aa_rows(per_suite, good, aa_pairs, kind, policy) if aa_pairs is not None else None
-    agreement = _agreement(per_suite, good, aa_pairs, policy) if policy.agreement_gate else []
+    agreement = _agreement(per_suite, good, aa_pairs, policy, sampled or {}) if policy.agreement_gate else []
     for a in agreement:
         if sequential and a.suite in sequential:  # the fixed-n binomial is not valid there
             a.p_value = float(sequential[a.suite].flip_pvalue)
     ni = policy.policy == "non-inferiority"
     # a graded metric has no flip: any change of its value would count, noise included, so its
     # changed share is shown, not gated (its mean difference is the sign-flip row's job)
-    flip_tests = [a for a in agreement if kind[a.suite] == "binary"]
+    flip_tests = [a for a in agreement if kind[a.suite] == "binary" or a.sampled is not None]
     unanswered = [a.unanswered for a in agreement if a.unanswered is not None]
     lengths = lengths_for(per_suite, good, kind, sequential=sequential)  # long context: gate/_lengths.py
     trends = [s.trend for s in lengths if s.trend is not None and s.trend.gated]
@@ -92,9 +96,10 @@ def decide(
     _statuses(rows, policy)
     for a in agreement:
         blocked = a.significant or (a.unanswered is not None and a.unanswered.significant)
-        a.status = "block" if blocked else ("pass" if kind[a.suite] == "binary" else "info")
+        gated_row = kind[a.suite] == "binary" or a.sampled is not None
+        a.status = "block" if blocked else ("pass" if gated_row else "info")
         a.reason = agreement_reason(a, hint=policy.noise_hint)
-        if kind[a.suite] != "binary":
+        if not gated_row:
             a.test, a.reason = (
                 "none (graded metric)",
                 f"shown, not gated (a graded metric has no flip): {a.reason}",
@@ -172,12 +177,23 @@ def _agreement(
     good: Sequence[str],
     aa_pairs: Mapping[str, Sequence[Pair]] | None,
     policy: GatePolicy,
+    sampled: Mapping[str, Sequence[Pair]],
 ) -> list[AgreementRow]:
     counts = "regressions" if policy.policy == "regression" else "flips"
     out = []
     for suite in good:
         metrics, pairs = per_suite[suite]
         kw: dict[str, Any] = {"counts": counts, "errors_as_wrong": policy.errors_as_wrong}
+        if suite in sampled:  # repeats: the excess over the arms' own disagreement (repeats.py)
+            margin, source = policy.flip_budget, "--flip-budget as the margin"
+            if margin is None:
+                margin, source = policy.aa_margin, f"margin {policy.aa_margin * 100:.0f} pt"
+            out.append(
+                sampled_agreement_row(
+                    suite, metrics[0], sampled[suite], margin=margin, budget_source=source, **kw
+                )
+            )
+            continue
         if policy.flip_budget is not None:
             kw |= {"budget": policy.flip_budget, "budget_source": "--flip-budget"}
         elif aa_pairs is not None and suite in aa_pairs:

@@ -10,6 +10,7 @@ from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
 from evalgate.agreement import AgreementRow
+from evalgate.answers import SuiteAnswers
 from evalgate.gate._lengths import SuiteLengths
 
 __all__ = ["VERDICT_SCHEMA", "Row", "Verdict"]
@@ -76,6 +77,9 @@ class Verdict:
     lengths: list[SuiteLengths] = field(default_factory=list)
     """Suites whose records carry a context length: rows per length and the gated longest-length
     row (gate/_lengths.py); written only when there is one."""
+    answers: list[SuiteAnswers] = field(default_factory=list)
+    """Generation suites: pass@1 (avg of k), pass@k, majority@k, no-answer and truncated rates per
+    arm (answers.py); written only when there is one."""
     schema: Literal[1] = VERDICT_SCHEMA
 
     @property
@@ -91,6 +95,8 @@ class Verdict:
                 a.pop("sampled", None)
         if not data["lengths"]:  # a run without long-context records is written as before
             data.pop("lengths")
+        if not data["answers"]:  # no generation suite: written as before
+            data.pop("answers")
         return {"schema": data.pop("schema"), **data}
 
     def to_json(self) -> str:

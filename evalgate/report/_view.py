@@ -24,6 +24,7 @@ __all__ = ["OPTIONAL_SECTIONS", "ArgRow", "FactRow", "RowView", "RunView", "Sect
 OPTIONAL_SECTIONS: tuple[tuple[str, str], ...] = (
     ("aa", "A/A noise floor"),
     ("agreement", "Agreement between the arms"),
+    ("answers", "Answers per arm"),
     ("kernel_check", "Kernel numerics check"),
     ("throughput", "Throughput"),
 )
@@ -329,6 +330,11 @@ def _optional(m: Manifest, verdict: Verdict) -> list[Section]:
         if value is None:
             value = data.get(key)
         if value in (None, {}, []):
+            continue
+        if key == "answers":  # generation suites per arm (report/answers.py)
+            from evalgate.report.answers import NOTE, answers_table
+
+            out.append(Section(key, title, *answers_table(value), note=NOTE))
             continue
         if key == "throughput" and isinstance(value, dict) and "levels" in value:
             out += _throughput(value, title)

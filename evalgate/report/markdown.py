@@ -105,6 +105,7 @@ def _head(v: RunView) -> list[str]:
             + ", so a PASS there is weak evidence; run more items to tighten it.\n"
         )
     out += [_length_table(s) for s in v.lengths]
+    out += [_length_table(s) for s in v.sections if s.key == "answers"]  # per arm (report/answers.py)
     if v.notes:
         out.append("\n" + "".join(f"> note: {_md(n)}\n" for n in v.notes))
     return out

@@ -10,6 +10,7 @@ from evalgate.gate import Row, Verdict
 from evalgate.gate._lengths import SuiteLengths
 from evalgate.report._format import show_bidi
 from evalgate.report._lengths import HEADERS, length_cells, trend_text
+from evalgate.report.answers import answers_table
 
 __all__ = ["print_verdict"]
 
@@ -63,6 +64,14 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
     for section in verdict.lengths:  # long-context suites (gate/_lengths.py)
         console.print(_lengths(section))
         console.print(escape(show_bidi(trend_text(section))))
+    if verdict.answers:  # generation suites per arm (report/answers.py)
+        headers, rows = answers_table(verdict.to_dict()["answers"])
+        answers = Table(title=None)
+        for col in headers:
+            answers.add_column(col, justify="left" if col in ("suite", "arm") else "right")
+        for row in rows:
+            answers.add_row(*map(escape, row))
+        console.print(answers)
     if verdict.aa:
         console.print("A/A noise floor: " + ", ".join(f"{r.suite} {r.flips:.1%} flips" for r in verdict.aa))
     # the reason and notes may quote a server ("[/bold]", a U+202E in an error body): text, never

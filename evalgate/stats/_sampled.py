@@ -1,0 +1,166 @@
+"""Agreement of two sampled arms: does the candidate disagree with the baseline more than the
+baseline disagrees with itself from one sample to the next?
+
+Under sampling a fixed flip budget is meaningless: two samples of the same model disagree on many
+items by chance. Per item i with k repeats, b_r and c_r the arms' 0/1 outcomes of repeat r (the
+same seed on both arms), take over ordered pairs of repeats r != s
+
+    D_i = share of (r, s) with b_r != c_s        (cross-arm disagreement)
+    S_i = share of (r, s) with b_r != b_s        (the baseline's own repeat-to-repeat disagreement)
+    C_i = share of (r, s) with c_r != c_s        (the candidate's)
+    e_i = D_i - (S_i + C_i) / 2
+
+Pairs with r == s are left out: they share a seed, so they are coupled, while r != s are
+independent draws. For 0/1 outcomes e_i = sum_{r != s} d_r d_s / (k (k - 1)) with d_r = b_r - c_r,
+the unbiased estimate of (p_b,i - p_c,i)^2 >= 0; it is 0 in expectation when the arms sample the
+same per-item probability, and for a deterministic item it is the flip indicator, so a margin on
+its mean reads like ``--aa``'s margin on excess flips. Under the regression policy an item counts
+only while the baseline is ahead on it (sum_r d_r > 0).
+
+The test is one-sided, H1: mean e > margin, and blocks only when two tests agree (an
+intersection-union test; the p-value is the larger of the two):
+
+- an exchange test: swapping the arm labels of each repeat pair (b_r, c_r) independently (a sign
+  flip of d_r) is exact under H0 "the arms are exchangeable", common seeds included, since the
+  coupling of a pair is symmetric in the arms: exhaustive when at most ``log2(n_resamples)``
+  repeat pairs differ, seeded Monte Carlo above;
+- a margin test: a percentile bootstrap over items (an item's repeats stay together) of mean e,
+  p = share of resampled means at or below the margin.
+
+A/A (identical arms) is thus held at alpha exactly; the margin's boundary is held approximately
+(``benchmarks/sim_repeats.py`` measures both).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from evalgate.stats import _checks as check
+
+__all__ = ["SampledExcessResult", "sampled_excess_test"]
+
+_CHUNK_ELEMENTS = 4_000_000
+
+
+@dataclass(frozen=True)
+class SampledExcessResult:
+    """The sampled agreement test of one suite (means over items)."""
+
+    estimate: float
+    """Mean excess e (cross-arm disagreement over the arms' own, repeat to repeat)."""
+    cross: float
+    """Mean D: share of repeat pairs (r != s) on which the arms disagree."""
+    within_x: float
+    """Mean S: the baseline's repeat-to-repeat disagreement."""
+    within_y: float
+    """Mean C: the candidate's."""
+    margin: float
+    pvalue: float
+    """max(p_exchange, p_margin)."""
+    p_exchange: float
+    p_margin: float
+    items: int
+    k: int
+    method: str
+    """"exact" when every sign pattern was enumerated, else "monte carlo"."""
+
+
+def _validate(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.ndim != 2 or x.shape != y.shape:
+        raise ValueError(f"x and y must be 2-D (items, repeats) of one shape, got {x.shape} and {y.shape}")
+    if x.shape[0] == 0 or x.shape[1] < 2:
+        raise ValueError(f"need at least one item and two repeats, got shape {x.shape}")
+    if not (np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all()):
+        raise ValueError("x and y must hold 0/1 outcomes")
+    return x, y
+
+
+def _excess(d: np.ndarray, k: int, regressions: bool) -> np.ndarray:
+    """Per-item e from d (..., items, repeats): ((sum d)^2 - sum d^2) / (k (k - 1))."""
+    s = d.sum(axis=-1)
+    e = (s * s - (d * d).sum(axis=-1)) / (k * (k - 1))
+    return np.where(s > 0, e, 0.0) if regressions else e
+
+
+def _disagreement(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Per item: share of ordered repeat pairs r != s with u_r != v_s (0/1 outcomes)."""
+    k = u.shape[1]
+    nu, nv = u.sum(axis=1), v.sum(axis=1)
+    all_pairs = nu * (k - nv) + nv * (k - nu)
+    same_index = (u != v).sum(axis=1)
+    return np.asarray((all_pairs - same_index) / (k * (k - 1)), dtype=float)
+
+
+def sampled_excess_test(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    margin: float,
+    n_resamples: int = 10_000,
+    regressions: bool = False,
+    rng: np.random.Generator,
+) -> SampledExcessResult:
+    """One-sided test of H1: mean excess disagreement > ``margin``; ``x`` (baseline) and ``y``
+    (candidate) are (items, repeats) arrays of 0/1 outcomes, column r of both the same seed."""
+    x, y = _validate(x, y)
+    margin = check.prob("margin", margin, open_low=False)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a seeded numpy.random.Generator, got {type(rng).__name__}")
+    if check.count("n_resamples", n_resamples) < 1:
+        raise ValueError("n_resamples must be at least 1")
+    n, k = x.shape
+    d = x - y
+    e = _excess(d, k, regressions)
+    stat = float(e.mean())
+    p_exchange, method = _exchange_p(d, stat, n, k, n_resamples, regressions, rng)
+    p_margin = _margin_p(e, margin, n_resamples, rng)
+    return SampledExcessResult(
+        estimate=stat, cross=float(_disagreement(x, y).mean()), within_x=float(_disagreement(x, x).mean()),
+        within_y=float(_disagreement(y, y).mean()), margin=margin, pvalue=max(p_exchange, p_margin),
+        p_exchange=p_exchange, p_margin=p_margin, items=n, k=k, method=method,
+    )  # fmt: skip
+
+
+def _exchange_p(
+    d: np.ndarray, stat: float, n: int, k: int, n_resamples: int, regressions: bool, rng: np.random.Generator
+) -> tuple[float, str]:
+    """P(mean e under random arm swaps >= observed); only repeat pairs that differ can change."""
+    rows = np.flatnonzero((d != 0).any(axis=1))
+    if rows.size == 0:
+        return 1.0, "exact"
+    sub = d[rows]  # items with some difference; the rest add 0 to every resampled sum
+    mask = sub != 0
+    m = int(mask.sum())
+    tol = 1e-9 * max(1.0, abs(stat))
+    if 2**m <= n_resamples:  # every sign pattern of the differing pairs
+        signs = np.ones((2**m, *sub.shape))
+        signs[:, mask] = np.array(list(itertools.product((1.0, -1.0), repeat=m)))
+        hits = int((_excess(signs * sub, k, regressions).sum(axis=1) / n >= stat - tol).sum())
+        return hits / 2**m, "exact"
+    hits = 0
+    step = max(1, _CHUNK_ELEMENTS // sub.size)
+    for start in range(0, n_resamples, step):
+        size = min(step, n_resamples - start)
+        signs = rng.integers(0, 2, size=(size, *sub.shape)) * 2.0 - 1.0
+        hits += int((_excess(signs * sub, k, regressions).sum(axis=1) / n >= stat - tol).sum())
+    return (hits + 1) / (n_resamples + 1), "monte carlo"
+
+
+def _margin_p(e: np.ndarray, margin: float, n_resamples: int, rng: np.random.Generator) -> float:
+    """Percentile bootstrap over items: (1 + #{resampled mean e <= margin}) / (1 + resamples)."""
+    n = e.size
+    if float(e.min()) > margin:  # every resample's mean is above the margin
+        return 1 / (n_resamples + 1)
+    if float(e.max()) <= margin:
+        return 1.0
+    low = 0
+    step = max(1, _CHUNK_ELEMENTS // n)
+    for start in range(0, n_resamples, step):
+        size = min(step, n_resamples - start)
+        means = e[rng.integers(0, n, size=(size, n))].mean(axis=1)
+        low += int((means <= margin + 1e-12).sum())
+    return min(1.0, (low + 1) / (n_resamples + 1))
