@@ -67,6 +67,12 @@ class LlamaCppConfig(BaseModel):
         description="One slot, one request at a time, no prompt cache: logprobs are bit-identical "
         "across runs, restarts and resumes (on 2 CPU cores as fast as the default).",
     )
+    reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] | None = Field(
+        None,
+        description="--reasoning-format on both arms: where llama-server puts a model's thinking (none: "
+        "left in message.content; deepseek: message.reasoning_content; deepseek-legacy: both; auto). "
+        "None: not passed (llama-server's default, auto).",
+    )
 
 
 class GPUConfig(BaseModel):

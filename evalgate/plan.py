@@ -39,7 +39,16 @@ from evalgate.manifest import (
 from evalgate.records import safe_name
 from evalgate.request import CompareRequest
 from evalgate.stats.sequential import DEFAULT_CHUNK, shuffled
-from evalgate.suites import PRESETS, Item, Suite, SuiteOptions, ToolCallSuite, default_registry
+from evalgate.suites import (
+    PRESETS,
+    Item,
+    LmEvalChatSuite,
+    Suite,
+    SuiteOptions,
+    ToolCallSuite,
+    chat_variants,
+    default_registry,
+)
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
 __all__ = ["CompareRequest", "RunPlan", "plan_compare"]
@@ -133,7 +142,13 @@ def _plan(
             f"suite options for {extra[0]}, which this run does not include",
             fix="add it to --suites, or drop its --suite-opt",
         )
-    suites = [registry.get(name, options=req.suite_options.get(name)) for name in req.suites]
+    names = chat_variants(req.suites) if req.chat else req.suites  # --chat: each suite's chat variant
+    suites = [registry.get(name, options=req.suite_options.get(name)) for name in names]
+    if req.thinking != "auto" and not any(isinstance(s, LmEvalChatSuite) for s in suites):
+        raise ConfigError(
+            f"--thinking {req.thinking} reaches only chat suites, and this run has none",
+            fix="add --chat (or a chat suite such as gsm8k_chat), or drop --thinking",
+        )
     if any(isinstance(s, ToolCallSuite) for s in suites):
         for arm, spec in specs.items():
             engine.require_tool_parser(arm, spec)  # else no calls on either arm: a silent PASS
@@ -147,6 +162,7 @@ def _plan(
         engine=engine.name,
         reveal_private=req.reveal_private,
         temperature=req.temperature,
+        thinking=None if req.thinking == "auto" else req.thinking == "on",
         sampling=tuple(
             (k, v)
             for k, v in (("top_p", req.top_p), ("top_k", req.top_k), ("min_p", req.min_p))

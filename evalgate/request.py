@@ -34,6 +34,7 @@ __all__ = [
 Policy = Literal["difference", "regression", "non-inferiority"]
 Preset = Literal["smoke", "quick", "full"]
 Protocol = Literal["auto", "llamacpp", "sglang", "vllm"]
+Thinking = Literal["auto", "on", "off"]
 DEFAULT_SUITES = ("gsm8k", "arc_easy")
 TIMING_FIELDS = ("request_timeout_s", "tries", "deadline_s")
 """How long evalgate waits, not what it measures: a resumed run may change them."""
@@ -135,6 +136,16 @@ class CompareRequest(BaseModel):
     top_p: float | None = Field(None, description="nucleus sampling cutoff for generation suites, both arms")
     top_k: int | None = Field(None, description="top-k sampling for generation suites, both arms")
     min_p: float | None = Field(None, description="min-p sampling for generation suites, both arms")
+    chat: bool = Field(
+        False,
+        description="run each suite's chat variant (gsm8k -> gsm8k_chat, arc_easy -> arc_easy_chat, ...): "
+        "lm-eval's chat prompt through the server's chat template",
+    )
+    thinking: Thinking = Field(
+        "auto",
+        description="chat suites: the chat template's enable_thinking switch on both arms (on, off); "
+        "auto sends nothing (the template's default)",
+    )
     policy: Policy = Field(
         "difference",
         description="difference: block on any significant change; regression: one-sided; "

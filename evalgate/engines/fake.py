@@ -101,10 +101,26 @@ class FakeScorer(Scorer):
         return {"text": text, "prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        prompt = str(payload["messages"][-1].get("content") or "")
-        text = self._ask("chat", prompt)
+        """The reply to the last user message (a final assistant message is a prefill the reply
+        continues); sampled when the payload's temperature is above 0 and the script samples.
+        ``reasoning`` in the script puts text in ``message.reasoning_content``, as a server with a
+        reasoning parser does."""
+        user = [m for m in payload["messages"] if m.get("role") != "assistant"] or payload["messages"]
+        prompt = str(user[-1].get("content") or "")
+        seed, temperature = payload.get("seed"), payload.get("temperature")
+        self.engine.chats.append((self.arm, dict(payload)))
+        if (temperature or 0) > 0 and self.engine.sampled is not None:
+            self.engine.calls.append(FakeCall(self.arm, self.url, "chat", prompt, seed, temperature))
+            text = self.engine.sampled(self.arm, prompt, int(seed or 0))
+            if text is None:
+                raise RequestFailed(f"the fake {self.arm} server failed chat after 3 tries", fix="")
+        else:
+            text = self._ask("chat", prompt)
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
-        message = {"role": "assistant", "content": text}
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        thought = self.engine.reasoning(self.arm, prompt) if self.engine.reasoning else None
+        if thought is not None:
+            message["reasoning_content"] = thought
         return {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
 
     async def render_chat(self, messages: list[dict[str, Any]]) -> str:
@@ -129,6 +145,8 @@ class FakeEngine(Engine):
     logprob: LogProb = shorter_is_likelier
     sampled: Callable[[str, str, int], str | None] | None = None
     """(arm, prompt, seed) -> the reply to a generation sampled at temperature > 0; None: ``answer``."""
+    reasoning: Callable[[str, str], str | None] | None = None
+    """(arm, prompt) -> a chat reply's ``reasoning_content`` (None: the reply has none)."""
     concurrent: bool = False
     """Baseline and candidate up at the same time, as on a machine with GPUs for each."""
     urls: int = 1
@@ -139,6 +157,8 @@ class FakeEngine(Engine):
     launched: list[list[str]] = field(default_factory=list)
     """Arms launched, grouped by the servers that were up at the same time."""
     calls: list[FakeCall] = field(default_factory=list)
+    chats: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(arm, payload) of every chat request, as sent: seeds, sampling, chat_template_kwargs."""
     scorers: list[FakeScorer] = field(default_factory=list)
     up: set[str] = field(default_factory=set)
 

@@ -15,6 +15,7 @@ Tasks with a ``first_n`` sampler (MMLU, MMLU-Pro) are unaffected.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from evalgate.suites._base import (
     stable_seed,
 )
 
-__all__ = ["LmEvalSuite", "lm_eval_task_dir", "lmeval_tasks", "load_fix"]
+__all__ = ["LmEvalSuite", "lm_eval_task_dir", "lmeval_tasks", "load_fix", "no_answer"]
 
 
 def lm_eval_task_dir() -> Path:
@@ -79,7 +80,7 @@ class LmEvalSuite:
     @property
     def samples(self) -> bool:
         """Generation can be sampled (``--repeats``, ``--temperature``); log-likelihoods cannot."""
-        return self.kind == "generate"
+        return self.kind in ("generate", "chat")
 
     # -- data ---------------------------------------------------------------------------
     def item_key(self, member: Member, doc: dict[str, Any], index: int) -> str:
@@ -118,11 +119,12 @@ class LmEvalSuite:
             member, task, i = everything[k]
             doc = task.eval_docs[i]
             item_id = self.item_key(member, doc, i)
-            instances = build_instances(task, doc, i, seed=stable_seed(options.seed, self.name, item_id))
-            args = [_jsonable_args(inst.arguments, options) for inst in instances]
+            seed = stable_seed(options.seed, self.name, item_id)
+            instances = build_instances(task, doc, i, seed=seed, chat=self.kind == "chat")
+            args = [_jsonable_args(inst.arguments, options, chat=self.kind == "chat") for inst in instances]
             extra = {"subject": member.label} if grouped else {}
             display = {
-                "prompt": args[0][0],
+                "prompt": _shown(args[0][0]),
                 "choices": [a[1] for a in args] if instances[0].request_type == "loglikelihood" else None,
             }
             payload = (task, doc, instances, args)
@@ -170,6 +172,8 @@ class LmEvalSuite:
         metrics, extracted = score(task, doc, instances, resps)
         if instances[0].request_type == "loglikelihood":
             extracted = _choice_predictions(task, doc, resps)
+        else:  # what the per-arm no_answer rate reads
+            extra["no_answer"] = no_answer(task, self.metrics[0], extracted)
         return ItemResult(response, extracted, metrics, tokens, extra=extra)
 
 
@@ -249,15 +253,36 @@ def load_fix(data_dir: str | Path | None) -> str:
     return "pass --data-dir with a local copy of the data (the Hub may be unreachable)"
 
 
-def build_instances(task: Any, doc: dict[str, Any], doc_id: int, *, seed: int) -> list[Any]:
-    """lm-eval's own context and requests for one document, with a per-item few-shot seed."""
+def build_instances(
+    task: Any, doc: dict[str, Any], doc_id: int, *, seed: int, chat: bool = False
+) -> list[Any]:
+    """lm-eval's own context and requests for one document, with a per-item few-shot seed.
+
+    ``chat``: the context is the list of chat messages lm-eval makes with ``--apply_chat_template
+    --fewshot_as_multiturn`` for a chat-completions API (``local-chat-completions``: its
+    ``apply_chat_template`` hands the messages on as ``JsonChatStr``; a ``gen_prefix`` is a final
+    assistant message the server continues). The server's own chat template renders them."""
     task.set_fewshot_seed(seed)
+    chat_kwargs: dict[str, Any] = {}
+    if chat:
+        from lm_eval.models.api_models import JsonChatStr
+
+        def as_messages(history: list[dict[str, str]], add_generation_prompt: bool = True) -> Any:
+            return JsonChatStr(json.dumps(history, ensure_ascii=False))
+
+        chat_kwargs = {
+            "apply_chat_template": True,
+            "fewshot_as_multiturn": True,
+            "chat_template": as_messages,
+        }
     ctx = task.fewshot_context(
         doc,
         num_fewshot=task.config.num_fewshot or 0,
         gen_prefix=task.doc_to_prefix(doc),
+        **chat_kwargs,
     )
-    inst = task.construct_requests(doc=doc, ctx=ctx, metadata=(task.config.task, doc_id, task.config.repeats))
+    metadata = (task.config.task, doc_id, task.config.repeats)
+    inst = task.construct_requests(doc=doc, ctx=ctx, metadata=metadata, apply_chat_template=chat)
     return inst if isinstance(inst, list) else [inst]
 
 
@@ -282,6 +307,31 @@ def score(
     return metrics, extracted
 
 
+def no_answer(task: Any, metric: str, extracted: dict[str, Any]) -> bool:
+    """Whether the filter of ``metric`` (``exact_match,flexible-extract``: the part after the comma)
+    found no answer: it gave its regex's fallback (lm-eval's ``RegexFilter``: "[invalid]"), or, for
+    a filter with no extraction step (ARC chat's remove_whitespace), nothing at all."""
+    key = metric.partition(",")[2] or "none"
+    value = extracted.get(key, "")
+    value = value[0] if isinstance(value, list) and value else value
+    if not isinstance(value, str) or not value.strip():
+        return True
+    from lm_eval.filters.extraction import RegexFilter
+
+    for ensemble in task._filters:
+        if ensemble.name == key:
+            built = [f() for f in ensemble.filters]
+            return any(isinstance(f, RegexFilter) and value == f.fallback for f in built)
+    return False
+
+
+def _shown(prompt: Any) -> str:
+    """A prompt as the report shows it: the text, or a chat's messages one per paragraph."""
+    if isinstance(prompt, list):
+        return "\n\n".join(f"[{m.get('role')}] {m.get('content')}" for m in prompt)
+    return str(prompt)
+
+
 def _choice_predictions(task: Any, doc: dict[str, Any], resps: list[tuple[float, bool]]) -> dict[str, Any]:
     lls = [ll for ll, _ in resps]
     choices = task.doc_to_choice(doc)
@@ -291,11 +341,14 @@ def _choice_predictions(task: Any, doc: dict[str, Any], resps: list[tuple[float,
     return {"pred": pred, "pred_norm": pred_norm}
 
 
-def _jsonable_args(arguments: tuple[Any, ...], options: SuiteOptions) -> list[Any]:
-    """Request arguments as sent (generation caps applied), for hashing and records."""
+def _jsonable_args(arguments: tuple[Any, ...], options: SuiteOptions, *, chat: bool = False) -> list[Any]:
+    """Request arguments as sent (generation caps applied), for hashing and records; a chat's
+    thinking switch is part of what is sent."""
     out = []
     for a in arguments:
-        if hasattr(a, "kwargs"):  # lm-eval's GenerationKwargs-like objects
+        if type(a).__name__ == "JsonChatStr":  # a chat's messages (build_instances with chat=True)
+            a = json.loads(a.prompt)
+        elif hasattr(a, "kwargs"):  # lm-eval's GenerationKwargs-like objects
             a = dict(a.kwargs)
         if isinstance(a, dict):
             a = dict(a)
@@ -305,6 +358,8 @@ def _jsonable_args(arguments: tuple[Any, ...], options: SuiteOptions) -> list[An
             if options.temperature is not None:  # sampling settings are part of what is sent
                 a["temperature"] = options.temperature
             a.update(options.sampling)
+            if chat and options.thinking is not None:
+                a["chat_template_kwargs"] = {"enable_thinking": options.thinking}
         out.append(a)
     return out
 
@@ -317,6 +372,8 @@ def lmeval_tasks(registry: Any) -> dict[str, tuple[LmEvalSuite, Member]]:
         if ":" in name:  # a prefix suite (private:PATH) is the user's own; it has no lm-eval task
             continue
         suite = registry.get(name)
-        if isinstance(suite, LmEvalSuite):
+        # chat variants are left out: their prompts are messages, not an lm-eval completion log's
+        # text, and their YAML stems repeat the base tasks' (llama3/instruct/gsm8k/gsm8k.yaml)
+        if isinstance(suite, LmEvalSuite) and suite.kind != "chat":
             out.update({Path(m.yaml).stem: (suite, m) for m in suite.members})
     return out

