@@ -334,3 +334,17 @@ def test_non_inferiority_gates_the_longest_length_with_the_agreement_tests() -> 
 def test_the_exact_trend_is_left_out_where_it_can_say_nothing() -> None:
     only_long = suite_lengths(SUITE, METRIC, length_pairs({1024: (40, 0, 0, 10), 4096: (30, 9, 0, 11)}))
     assert only_long is not None and only_long.trend is not None and only_long.trend.trend_p is None
+
+
+def test_the_aa_arm_must_be_sent_the_same_prompts_too() -> None:
+    pairs = length_pairs({1024: (30, 0, 0, 10)})
+    aa = [Pair(p.item_id, 0, p.baseline, _rec("candidate", p.item_id, 1024, 1)) for p in pairs]
+    p = aa[3]
+    aa[3] = Pair(p.item_id, 0, p.baseline, _rec("candidate", p.item_id, 1024, 1, sent="a" * 16))
+    v = decide({SUITE: ([METRIC], pairs)}, policy=GatePolicy(), aa_pairs={SUITE: aa})
+    assert (
+        v.verdict == "ERROR"
+        and "the A/A pair: long_context: the arms were sent different prompts" in v.reason
+    )
+    v = decide({SUITE: ([METRIC], pairs)}, policy=GatePolicy(), aa_pairs={SUITE: aa[:3] + aa[4:]})
+    assert v.verdict != "ERROR"

@@ -124,9 +124,10 @@ def _problems(
     for suite, (metrics, pairs) in per_suite.items():
         why = check_suite(suite, metrics[0], pairs, kind[suite]) or sent_mismatch(suite, pairs)
         if why is None and aa_pairs is not None:
+            same = aa_pairs.get(suite, ())
             aa = check_suite(
-                suite, metrics[0], aa_pairs.get(suite, ()), kind[suite], references=("baseline", "candidate")
-            )
+                suite, metrics[0], same, kind[suite], references=("baseline", "candidate")
+            ) or sent_mismatch(suite, same)
             why = None if aa is None else f"the A/A pair: {aa}"
         if why is not None:
             out[suite] = why
