@@ -49,6 +49,7 @@ from evalgate.suites import (
     chat_variants,
     default_registry,
 )
+from evalgate.suites.long_context import LongContextSuite, plan_lengths
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
 __all__ = ["CompareRequest", "RunPlan", "plan_compare"]
@@ -152,6 +153,9 @@ def _plan(
     if any(isinstance(s, ToolCallSuite) for s in suites):
         for arm, spec in specs.items():
             engine.require_tool_parser(arm, spec)  # else no calls on either arm: a silent PASS
+    if any(isinstance(s, LongContextSuite) for s in suites):  # lengths settled (and fit) before launch
+        slots = {arm: engine.slot_context(spec) for arm, spec in specs.items()}
+        req = req.model_copy(update={"context_lengths": plan_lengths(req.context_lengths, slots, req.preset)})
     cap = engine.default_gen_cap(req.preset)  # e.g. llama.cpp's smoke runs: CPU time is short
     if req.max_gen_tokens is None and cap is not None:  # both arms get it; manifest and report say so
         req = req.model_copy(update={"max_gen_tokens": cap})
@@ -162,6 +166,7 @@ def _plan(
         engine=engine.name,
         reveal_private=req.reveal_private,
         temperature=req.temperature,
+        context_lengths=req.context_lengths or (),
         thinking=None if req.thinking == "auto" else req.thinking == "on",
         sampling=tuple(
             (k, v)

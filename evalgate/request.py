@@ -28,6 +28,7 @@ __all__ = [
     "Policy",
     "Preset",
     "check_request",
+    "parse_context_lengths",
     "parse_suite_opts",
 ]
 
@@ -36,6 +37,8 @@ Preset = Literal["smoke", "quick", "full"]
 Protocol = Literal["auto", "llamacpp", "sglang", "vllm"]
 Thinking = Literal["auto", "on", "off"]
 DEFAULT_SUITES = ("gsm8k", "arc_easy")
+MIN_CONTEXT_LENGTH = 512
+"""The shortest long_context length: room for the instruction, the needles and the answer."""
 TIMING_FIELDS = ("request_timeout_s", "tries", "deadline_s")
 """How long evalgate waits, not what it measures: a resumed run may change them."""
 
@@ -75,6 +78,24 @@ def parse_suite_opts(values: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def parse_context_lengths(raw: str | Sequence[str]) -> tuple[int, ...]:
+    """``"1k,2k,4096"`` -> ``(1024, 2048, 4096)`` (k = 1024); 0, junk and repeats are refused."""
+    text = raw if isinstance(raw, str) else ",".join(raw)
+    out: list[int] = []
+    for part in (p.strip().lower() for p in text.split(",")):
+        digits = part[:-1] if part.endswith("k") else part
+        if not digits.isdigit() or int(digits) == 0:
+            raise ConfigError(
+                f"--context-lengths: {part!r} is not a length in tokens",
+                fix="give positive lengths like 1k,2k,4k (k = 1024) or 1000,2000",
+            )
+        n = int(digits) * (1024 if part.endswith("k") else 1)
+        if n in out:
+            raise ConfigError(f"--context-lengths names {part} twice", fix="give each length once")
+        out.append(n)
+    return tuple(sorted(out))
+
+
 class CompareRequest(BaseModel):
     """Everything ``evalgate compare`` was asked to do: one field per flag."""
 
@@ -87,6 +108,18 @@ class CompareRequest(BaseModel):
     )
     preset: Preset = Field("smoke", description="items per suite: smoke 50, quick 500, full all")
     limit: int | None = Field(None, description="items per suite, overriding the preset")
+    context_lengths: Annotated[
+        tuple[int, ...] | None,
+        Flag(
+            metavar="1k,2k,...",
+            parse=parse_context_lengths,
+            default_text="powers of two from 1k up to a slot's context, at most 4k smoke, 32k quick",
+        ),
+    ] = Field(
+        None,
+        description="long_context: target lengths in tokens, prompt plus answer room (k = 1024); --limit "
+        "is then items per length",
+    )
     data_dir: Annotated[Path | None, Flag(default_text="the Hub")] = Field(
         None, description="local copy of the benchmark data, laid out like shared/data"
     )
@@ -246,6 +279,13 @@ def check_request(req: CompareRequest) -> None:
         "omit it to use the preset's item count",
     )
     need(0 < req.alpha < 1, f"--alpha {_g(req.alpha)} is not between 0 and 1", "the usual value is 0.05")
+    need(
+        req.context_lengths is None
+        or (bool(req.context_lengths) and min(req.context_lengths) >= MIN_CONTEXT_LENGTH),
+        f"--context-lengths {','.join(map(str, req.context_lengths or ()))}: each must be at least "
+        f"{MIN_CONTEXT_LENGTH} tokens",
+        "the instruction, needles and question take a few hundred tokens; use 1k or more",
+    )
     need(
         req.chunk is None or req.chunk >= 1, "--chunk must be at least 1", "the default is 50 items per look"
     )

@@ -214,6 +214,14 @@ class BatchScorer(Scorer):
         """Token ids without special tokens (lm-eval's default); one request in flight per text."""
         return await self._tokens.get(text)
 
+    async def context_length(self) -> int | None:
+        """``max_model_len`` of the served model in ``/v1/models`` (SGLang: the model's context_len
+        or --context-length; vLLM: --max-model-len or the model's), None when absent."""
+        data = await self.http.get("/v1/models")
+        cards = data.get("data") if isinstance(data, dict) else None
+        value = cards[0].get("max_model_len") if cards and isinstance(cards[0], dict) else None
+        return int(value) if isinstance(value, int) and value > 0 else None
+
     async def split_tokens(self, context: str, continuation: str) -> Split:
         """lm-eval's split: the continuation is what follows the context's tokens in the tokenized
         whole (after ``lm_eval_split``); both are tokenized at once."""

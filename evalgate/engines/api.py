@@ -80,6 +80,11 @@ class Scorer(Protocol):
         """The server's own account of its settings, secrets masked; {} when it gives none."""
         return {}
 
+    async def context_length(self) -> int | None:
+        """Tokens of context one request may use (a llama.cpp slot, SGLang's or vLLM's model
+        length), as the running server reports it; None when it does not say."""
+        return None
+
     async def aclose(self) -> None:
         """Release the client's connections."""
         return None
@@ -149,6 +154,11 @@ class Engine(Protocol):
         """Refuse (exit 2, naming the setting to add) an arm whose server will not turn a model's
         output into ``tool_calls``: the tool_calls suite would score no calls on both arms and pass.
         The default: the server always parses calls (llama-server's --jinja)."""
+        return None
+
+    def slot_context(self, spec: LaunchSpec) -> int | None:
+        """Tokens of context one request may use on the server ``spec`` launches, known before
+        launch (a llama.cpp slot; SGLang's or vLLM's configured length); None when unknown."""
         return None
 
     def default_gen_cap(self, preset: str) -> int | None:

@@ -132,6 +132,9 @@ class FakeScorer(Scorer):
     async def detokenize(self, tokens: list[int]) -> str:
         return "".join(chr(t - self.token_offset) for t in tokens)
 
+    async def context_length(self) -> int | None:
+        return self.engine.context
+
     async def aclose(self) -> None:
         self.closed = True
 
@@ -153,6 +156,8 @@ class FakeEngine(Engine):
     concurrency: int = 4
     odd_tokenizer: str = ""
     """An arm (or ``arm/N`` for one of its URLs) whose tokenizer differs."""
+    context: int | None = None
+    """Tokens of context a fake server reports, and its slot context before launch (None: unknown)."""
     name: str = "fake"
     launched: list[list[str]] = field(default_factory=list)
     """Arms launched, grouped by the servers that were up at the same time."""
@@ -188,6 +193,9 @@ class FakeEngine(Engine):
             yield ServerHandle(name, urls[0], "", ["fake-server", name], log, info={"urls": urls})
         finally:
             self.up.discard(name)
+
+    def slot_context(self, spec: LaunchSpec) -> int | None:
+        return self.context
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> Scorer:
         urls: Sequence[str] = handle.info["urls"]  # type: ignore[assignment]

@@ -18,6 +18,7 @@ from evalgate.suites._base import (
 from evalgate.suites._chat import LmEvalChatSuite
 from evalgate.suites.arc import arc, arc_chat
 from evalgate.suites.gsm8k import gsm8k, gsm8k_chat
+from evalgate.suites.long_context import LongContextSuite, long_context
 from evalgate.suites.mmlu import mmlu
 from evalgate.suites.mmlu_pro import mmlu_pro, mmlu_pro_chat
 from evalgate.suites.private import private
@@ -29,6 +30,7 @@ __all__ = [
     "Item",
     "ItemResult",
     "LmEvalChatSuite",
+    "LongContextSuite",
     "Registry",
     "Scorer",
     "Suite",
@@ -55,6 +57,7 @@ def default_registry() -> Registry:
     reg.register("arc_challenge_chat", arc_chat)
     reg.register("mmlu_pro_chat", mmlu_pro_chat)
     reg.register("tool_calls", tool_calls)
+    reg.register("long_context", long_context)
     reg.register("private", private, prefix=True)
     return reg
 

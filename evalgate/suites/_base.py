@@ -56,6 +56,8 @@ class SuiteOptions:
     """Sampling temperature for generation; None keeps the task's own (greedy)."""
     sampling: tuple[tuple[str, float], ...] = ()
     """Further sampling settings sent as they are (top_p, top_k, min_p), the same on both arms."""
+    context_lengths: tuple[int, ...] = ()
+    """Target prompt lengths in tokens for long_context (--context-lengths); () = its default."""
     thinking: bool | None = None
     """``--thinking on|off``: the chat template's ``enable_thinking`` for chat suites; None sends nothing."""
 

@@ -73,6 +73,12 @@ class ShardedScorer(Scorer):
     async def detokenize(self, tokens: list[int]) -> str:
         return await self._on(repr(tokens)).detokenize(tokens)
 
+    async def context_length(self) -> int | None:
+        """The smallest any URL reports (an item may go to any of them); None if one does not say."""
+        lengths = await asyncio.gather(*(s.context_length() for s in self.scorers))
+        known = [n for n in lengths if n]
+        return min(known) if known and len(known) == len(lengths) else None
+
     async def aclose(self) -> None:
         await asyncio.gather(*(s.aclose() for s in self.scorers))
 

@@ -189,6 +189,14 @@ class LlamaCppEngine(Engine):
     def diagnose_signal(self, sig: signal.Signals, log: str) -> str | None:
         return _diagnose.diagnose_signal(sig, log)
 
+    def slot_context(self, spec: LaunchSpec) -> int | None:
+        """``-c`` over ``-np``: llama-server splits its context evenly among its slots."""
+        args = dict(spec.args)
+        try:
+            return int(str(args["-c"])) // max(1, int(str(args.get("-np") or 1)))
+        except (KeyError, ValueError):
+            return None
+
     def default_gen_cap(self, preset: str) -> int | None:
         # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
         # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)

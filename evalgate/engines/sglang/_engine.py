@@ -137,6 +137,11 @@ class SGLangEngine(GPUEngine):
             )
         return LaunchSpec(spec.engine, spec.model, tuple(args.items()), spec.env, keys)
 
+    def slot_context(self, spec: LaunchSpec) -> int | None:
+        """``--context-length`` when set ([sglang] context_length); else the model's own length, known only once it runs."""
+        value = dict(spec.args).get("--context-length")
+        return int(value) if value and str(value).isdigit() else None
+
     def plan_notes(self, spec: LaunchSpec) -> list[str]:
         args = dict(spec.args)
         notes = super().plan_notes(spec)

@@ -191,6 +191,11 @@ class VLLMEngine(GPUEngine):
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> VLLMScorer:
         return VLLMScorer(handle, concurrency=self.config.concurrency, seed=seed)
 
+    def slot_context(self, spec: LaunchSpec) -> int | None:
+        """``--max-model-len`` when set ([vllm] max_model_len); else the model's own length, known only once it runs."""
+        value = dict(spec.args).get("--max-model-len")
+        return int(value) if value and str(value).isdigit() else None
+
     def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
         """The pool the log stated at launch (recorded in the arm's info), else the log now."""
         found = handle.info.get("kv_capacity")
