@@ -12,10 +12,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from evalgate.cli import main
+from evalgate.client import RetryPolicy
+from evalgate.engines import ServerHandle
+from evalgate.engines.attach import ShardedScorer
 from evalgate.engines.fake import FakeEngine, FakeScorer
 from evalgate.engines.llamacpp import LlamaCppEngine
+from evalgate.engines.sglang import SGLangScorer
+from evalgate.engines.vllm import VLLMScorer
 from evalgate.errors import ConfigError
 from evalgate.request import parse_context_lengths
 from evalgate.suites import Registry, SuiteOptions, default_registry
@@ -274,3 +281,36 @@ def test_registry_has_the_suite() -> None:
     suite = default_registry().get("long_context")
     assert suite.metrics[0] == "string_match_all" and suite.kind == "generate"
     assert not getattr(suite, "samples", True)
+
+
+@pytest.mark.parametrize("card", [{"max_model_len": 32768}, {}, {"max_model_len": None}])
+def test_sglang_and_vllm_scorers_read_the_context_from_v1_models(card: dict[str, Any]) -> None:
+    """Both list ``max_model_len`` on each model card (SGLang 0.5.23 http_server.py's ModelCard:
+    the model config's context_len; vLLM: --max-model-len or the model's)."""
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model", **card}]})
+
+    async def main() -> list[int | None]:
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        async with TestServer(app, host="127.0.0.1") as server:
+            url = str(server.make_url("")).rstrip("/")
+            handle = ServerHandle("arm", url, "k", [], Path("x.log"), info={"served_model": "m"})
+            retry = RetryPolicy(attempts=1, timeout_s=5)
+            scorers = [
+                SGLangScorer(handle, concurrency=1, retry=retry),
+                VLLMScorer(handle, concurrency=1, retry=retry),
+            ]
+            try:
+                both = ShardedScorer(scorers, ["a", "b"])
+                return [
+                    *(await asyncio.gather(*(s.context_length() for s in scorers))),
+                    await both.context_length(),
+                ]
+            finally:
+                for s in scorers:
+                    await s.aclose()
+
+    want = card.get("max_model_len")
+    assert asyncio.run(main()) == [want, want, want]
