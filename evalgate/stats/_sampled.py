@@ -128,26 +128,33 @@ def sampled_excess_test(
 def _exchange_p(
     d: np.ndarray, stat: float, n: int, k: int, n_resamples: int, regressions: bool, rng: np.random.Generator
 ) -> tuple[float, str]:
-    """P(mean e under random arm swaps >= observed); only repeat pairs that differ can change."""
-    rows = np.flatnonzero((d != 0).any(axis=1))
+    """P(mean e under random arm swaps >= observed). Only repeat pairs that differ can change:
+    with their signs s_i = sum of the item's signed differences, e_i = (s_i^2 - m_i) / (k (k - 1)),
+    m_i the item's differing pairs; items without one add 0 to every resampled mean."""
+    rows, cols = np.nonzero(d)
     if rows.size == 0:
         return 1.0, "exact"
-    sub = d[rows]  # items with some difference; the rest add 0 to every resampled sum
-    mask = sub != 0
-    m = int(mask.sum())
+    values = d[rows, cols]
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])  # each item's first entry (row-major)
+    m_i = np.diff(np.r_[starts, rows.size])
     tol = 1e-9 * max(1.0, abs(stat))
+
+    def hits(signs: np.ndarray) -> int:
+        s = np.add.reduceat(signs * values, starts, axis=1)
+        e = (s * s - m_i) / (k * (k - 1))
+        if regressions:
+            e = np.where(s > 0, e, 0.0)
+        return int((e.sum(axis=1) / n >= stat - tol).sum())
+
+    m = rows.size
     if 2**m <= n_resamples:  # every sign pattern of the differing pairs
-        signs = np.ones((2**m, *sub.shape))
-        signs[:, mask] = np.array(list(itertools.product((1.0, -1.0), repeat=m)))
-        hits = int((_excess(signs * sub, k, regressions).sum(axis=1) / n >= stat - tol).sum())
-        return hits / 2**m, "exact"
-    hits = 0
-    step = max(1, _CHUNK_ELEMENTS // sub.size)
+        return hits(np.array(list(itertools.product((1.0, -1.0), repeat=m)))) / 2**m, "exact"
+    count, step = 0, max(1, _CHUNK_ELEMENTS // m)
     for start in range(0, n_resamples, step):
         size = min(step, n_resamples - start)
-        signs = rng.integers(0, 2, size=(size, *sub.shape)) * 2.0 - 1.0
-        hits += int((_excess(signs * sub, k, regressions).sum(axis=1) / n >= stat - tol).sum())
-    return (hits + 1) / (n_resamples + 1), "monte carlo"
+        bits = np.unpackbits(rng.integers(0, 256, size=(size, -(-m // 8)), dtype=np.uint8), axis=1)[:, :m]
+        count += hits(bits.astype(np.float64) * 2 - 1)
+    return (count + 1) / (n_resamples + 1), "monte carlo"
 
 
 def _margin_p(e: np.ndarray, margin: float, n_resamples: int, rng: np.random.Generator) -> float:
