@@ -314,3 +314,31 @@ def test_sglang_and_vllm_scorers_read_the_context_from_v1_models(card: dict[str,
 
     want = card.get("max_model_len")
     assert asyncio.run(main()) == [want, want, want]
+
+
+def test_tasks_option_chooses_and_checks_the_tasks() -> None:
+    suite = default_registry().get("long_context", options={"tasks": "niah_single, vt"})
+    items = suite.load(SuiteOptions(context_lengths=(4096,)), 4)
+    assert [it.item_id for it in items] == [
+        "niah_single/4096/0000",
+        "vt/4096/0000",
+        "niah_single/4096/0001",
+        "vt/4096/0001",
+    ]
+    assert [it.extra["depth"] for it in items[::2]] == [0.25, 0.75]
+    for bad in ("niah", "vt,vt", ""):
+        with pytest.raises(ConfigError, match=r"long_context\.tasks") as err:
+            default_registry().get("long_context", options={"tasks": bad})
+        assert "niah_single" in err.value.fix
+    qa_only = default_registry().get("long_context", options={"tasks": "qa"})
+    with pytest.raises(ConfigError, match="needs the GSM8K text"):
+        qa_only.load(SuiteOptions(), 2)
+
+
+def test_chat_mode_wraps_the_prompt_in_the_servers_template() -> None:
+    item = _items()[0]
+    scorer = FakeScorer(FakeEngine(), "baseline", "u")
+    budget = item.payload.length - ANSWER_ROOM
+    text, n = asyncio.run(build_prompt(item.payload, scorer, budget=budget, chat=True))
+    assert text.startswith("<|user|>A special magic number is hidden")
+    assert text.endswith(f"<|end|><|assistant|>{item.payload.answer_prefix}") and budget - 12 <= n <= budget

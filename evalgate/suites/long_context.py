@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalgate.errors import ConfigError
 from evalgate.suites import _haystack as hs
@@ -55,18 +55,34 @@ _FIX = (
 )
 
 
+_QA_FIX = "pass --data-dir (layout of shared/data), or choose other tasks"
+
+
 class LongContextSettings(BaseModel):
     """The suite's own options: ``[suites.long_context]`` or ``--suite-opt long_context.KEY=VALUE``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     chat: bool = Field(
-        False, description="wrap each prompt in the server's chat template (false: a plain completion)"
+        True, description="wrap each prompt in the server's chat template (false: a plain completion)"
+    )
+    tasks: tuple[str, ...] = Field(
+        hs.TASKS, description="the tasks to rotate through, comma-separated (qa needs --data-dir)"
     )
     filler: Literal["auto", "noise", "text"] = Field(
         "auto",
         description="haystack: text (GSM8K questions from --data-dir), noise (one paragraph repeated, "
         "RULER's noise haystack), auto (text when --data-dir is given)",
     )
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        """``"niah_single,vt"`` (as --suite-opt gives it) or a list; each a known task, once."""
+        names = [t.strip() for t in value.split(",")] if isinstance(value, str) else list(value)
+        unknown = [t for t in names if t not in hs.TASKS]
+        if unknown or not names or len(set(names)) != len(names):
+            raise ValueError(f"tasks are one or more of {', '.join(hs.TASKS)}, each once (got {value!r})")
+        return tuple(names)
 
 
 def default_lengths(slot: int | None, preset: str) -> tuple[int, ...]:
@@ -115,8 +131,12 @@ class LongContextSuite:
     settings: LongContextSettings = field(default_factory=LongContextSettings)
 
     def tasks(self, options: SuiteOptions) -> tuple[str, ...]:
-        """Every task; qa needs the GSM8K text in ``--data-dir``."""
-        return hs.TASKS if options.data_dir else tuple(t for t in hs.TASKS if t != "qa")
+        """The chosen tasks; qa only with the GSM8K text in ``--data-dir`` (else left out, or
+        refused when it is the only one chosen)."""
+        tasks = tuple(t for t in self.settings.tasks if options.data_dir or t != "qa")
+        if not tasks:
+            raise ConfigError("long_context.tasks=qa needs the GSM8K text in --data-dir", fix=_QA_FIX)
+        return tasks
 
     def lengths(self, options: SuiteOptions) -> tuple[int, ...]:
         return tuple(options.context_lengths) or DEFAULT_LENGTHS
