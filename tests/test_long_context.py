@@ -36,6 +36,8 @@ from evalgate.suites.long_context import (
 )
 from evalgate.variants import LaunchSpec
 
+from .test_engine_sglang import checkpoint
+
 LENGTHS = (3000, 6000)  # characters on the fake engine
 
 
@@ -342,3 +344,20 @@ def test_chat_mode_wraps_the_prompt_in_the_servers_template() -> None:
     text, n = asyncio.run(build_prompt(item.payload, scorer, budget=budget, chat=True))
     assert text.startswith("<|user|>A special magic number is hidden")
     assert text.endswith(f"<|end|><|assistant|>{item.payload.answer_prefix}") and budget - 12 <= n <= budget
+
+
+def test_dry_run_settles_the_lengths_from_the_engines_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    model = checkpoint(tmp_path, "Llama-BF16")
+    (Path(model) / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    toml = tmp_path / "evalgate.toml"
+    toml.write_text(f"[sglang]\nmodel_path = {json.dumps(model)}\ncontext_length = 8192\n")
+    base = ["compare", "--engine", "sglang", "--dry-run", "--config", str(toml), "--suites", "long_context"]
+    assert main([*base, "--preset", "quick", "--limit", "2"]) == 0
+    assert "8 items;" in capsys.readouterr().out  # 1k, 2k, 4k, 8k: up to [sglang] context_length
+    assert main([*base, "--limit", "2"]) == 0
+    assert "lengths 1k,2k,4k;" in capsys.readouterr().out  # smoke: at most 4k
+    assert main([*base, "--context-lengths", "16k"]) == 2
+    assert "a slot holds 8192 tokens" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from evalgate.engines import Engine, get_engine
 from evalgate.engines.attach import ExternalEngine
 from evalgate.request import CompareRequest
 from evalgate.suites import PRESETS, SuiteOptions, ToolCallSuite, default_registry
+from evalgate.suites.long_context import LongContextSuite, plan_lengths
 from evalgate.variants import require_only_quantization
 
 __all__ = ["dry_run"]
@@ -64,6 +65,10 @@ def dry_run(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> int:
     if any(isinstance(s, ToolCallSuite) for s in suites) and not isinstance(engine, ExternalEngine):
         for arm, spec in specs.items():
             engine.require_tool_parser(arm, spec)
+    lengths = None
+    if any(isinstance(s, LongContextSuite) for s in suites):  # as the plan settles them (exit 2 if too long)
+        slots = {arm: engine.slot_context(spec) for arm, spec in specs.items()}
+        lengths = plan_lengths(req.context_lengths, slots, req.preset)
     cap = engine.default_gen_cap(req.preset)
     options = SuiteOptions(
         data_dir=req.data_dir,
@@ -71,6 +76,7 @@ def dry_run(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> int:
         max_gen_tokens=req.max_gen_tokens if req.max_gen_tokens is not None else cap,
         engine=engine.name,
         reveal_private=req.reveal_private,
+        context_lengths=lengths or (),
     )
     out = console.print
     out(
