@@ -188,6 +188,7 @@ def test_the_gate_blocks_an_excess_over_repeat_noise_and_passes_noise_alone() ->
     a = v.agreement[0]
     assert a.status == "block" and a.significant and v.verdict == "BLOCK", a.reason
     assert a.test.startswith("sampled excess") and "more over the arms' own disagreement" in a.reason
+    assert "of repeat pairs against" in v.reason and "within each arm" in v.reason
 
 
 def test_a_graded_metric_under_repeats_is_shown_not_gated() -> None:
@@ -212,7 +213,8 @@ def test_no_answer_counts_as_unanswered_and_repeats_are_tested_per_item() -> Non
     assert u is not None and u.test == "sign-flip"
     assert (u.baseline_rate, u.candidate_rate, u.n10, u.n01) == (0.0, 0.5, 40, 0)
     v = _decide(pairs)  # every answer right, but the candidate hits the cap on half its repeats
-    assert v.suites[0].status == "pass" and v.verdict == "BLOCK", v.reason
+    assert v.suites[0].status != "block" and v.verdict == "BLOCK", v.reason
+    assert "left 40 item(s) unanswered" in v.reason and "sign-flip on per-item shares" in v.reason
     assert v.agreement[0].unanswered.significant and "per-item shares" in v.agreement[0].reason
 
 
@@ -297,3 +299,27 @@ def test_a_candidate_cut_at_the_cap_blocks_under_repeats_though_its_answers_are_
     answers = v["answers"][0]
     assert answers["candidate"]["truncated"] == 1.0 and answers["baseline"]["truncated"] == 0.0
     assert answers["candidate"]["pass1"] == answers["candidate"]["passk"] == 1.0
+
+
+def test_a_graded_mde_from_too_few_differing_items_is_not_estimable() -> None:
+    """Per-item means of a suite both arms almost always fail: 3 of 200 items differ. The spread
+    of the differences is tiny, so the normal-approximation MDE would claim a 0.6 pt resolution;
+    the row says it cannot tell instead (and is UNDERPOWERED), and says a number again once
+    enough items differ."""
+    from evalgate.report._view import _row
+
+    zeros = np.zeros((200, 4))
+    few = zeros.copy()
+    few[:3, 0] = 1.0  # three items right once in four, on the candidate only
+    v = _decide(_pairs(zeros, few))
+    row = v.suites[0]
+    assert (
+        row.mde == 1.0 and row.status == "underpowered" and "MDE not estimable: only 3 of 200" in row.reason
+    )
+    assert _row(row, "", None).mde == "not estimable"
+    many = zeros.copy()
+    many[:40, 0] = 1.0
+    many[40:80, 0], zeros[40:80, 0] = 0.0, 1.0  # 80 items differ, half each way
+    row = _decide(_pairs(zeros, many)).suites[0]
+    assert "not estimable" not in row.reason and 0 < row.mde < 0.2
+    assert _row(row, "", None).mde == f"{row.mde * 100:.1f} pt"

@@ -113,6 +113,14 @@ def verdict_from(
         a = max(flips, key=lambda x: x.flip_rate)
         acc = next(r for r in family if r.suite == a.suite)
         what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
+        if a.sampled is not None:  # --repeats: the arms' disagreement beyond their own (repeats.py)
+            sa = a.sampled
+            return out("BLOCK", (
+                f"{a.suite}: accuracy change not significant (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) "
+                f"but the arms disagree on {sa.cross:.1%} of repeat pairs against {sa.baseline_within:.1%} and "
+                f"{sa.candidate_within:.1%} within each arm, repeat to repeat (excess {sa.excess * 100:+.1f} pt > "
+                f"{sa.margin * 100:.1f} pt, p = {a.p_adjusted:.2g})"
+            ))  # fmt: skip
         if a.aa_excess is not None:
             against = f"A/A {a.aa_flip_rate:.1%} on the same items, excess {a.aa_excess * 100:+.1f} pt > {a.budget_source}"
         else:
@@ -129,7 +137,8 @@ def verdict_from(
         return out("BLOCK", (
             f"{a.suite}: the candidate left {u.n10} item(s) unanswered (failed, empty or cut at the token cap) "
             f"where the baseline answered, against {u.n01} the other way ({u.candidate_rate:.1%} vs "
-            f"{u.baseline_rate:.1%} unanswered, one-sided McNemar, Holm p = {u.p_adjusted:.2g})"
+            f"{u.baseline_rate:.1%} unanswered, one-sided "
+            f"{'sign-flip on per-item shares' if u.test == 'sign-flip' else 'McNemar'}, Holm p = {u.p_adjusted:.2g})"
         ))  # fmt: skip
     n_items = sum(r.n for r in family)
     if policy.policy == "non-inferiority":

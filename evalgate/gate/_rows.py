@@ -22,6 +22,8 @@ from evalgate.records import Pair
 
 __all__ = [
     "METRIC_KINDS",
+    "MIN_DIFFERING",
+    "NOT_ESTIMABLE",
     "RESAMPLES",
     "MetricKind",
     "check_suite",
@@ -34,6 +36,11 @@ MetricKind = Literal["binary", "continuous"]
 METRIC_KINDS: tuple[str, ...] = ("binary", "continuous")
 RESAMPLES = 10_000
 """Sign-flip and bootstrap resamples: the smallest sign-flip p is 1/10001, below alpha/12."""
+MIN_DIFFERING = 10
+"""A graded row's MDE comes from the spread of its per-item differences. With fewer items whose
+value differs between the arms (a sampled suite both arms almost always fail: nearly every
+per-item mean 0), that spread says nothing about a change the run has not seen: not estimable."""
+NOT_ESTIMABLE = "MDE not estimable"
 
 
 def _value(metrics: dict[str, float], metric: str) -> float | None:
@@ -123,7 +130,9 @@ def metric_row(
     )
     row.primary = primary
     if dropped:
-        row.reason = f"{dropped} item(s) without a usable value left out"
+        row.reason = "; ".join(
+            filter(None, [row.reason, f"{dropped} item(s) without a usable value left out"])
+        )
     return row
 
 
@@ -156,8 +165,17 @@ def _graded(suite: str, metric: str, b: np.ndarray, c: np.ndarray, policy: GateP
     )  # fmt: skip
     sides = 2 if policy.alternative == "two-sided" else 1
     span = max(1.0, float(np.abs(np.concatenate([b, c])).max()))
+    differing, note = int((d != 0).sum()), ""
     if 2.0 ** -(n - 1 if sides == 2 else n) >= level:  # the smallest p the sign-flip test can reach
         mde = span
+    elif differing < MIN_DIFFERING:
+        mde, note = (
+            span,
+            (
+                f"{NOT_ESTIMABLE}: only {differing} of {n} items differ between the arms, too few to size a "
+                f"change the run has not seen (needs {MIN_DIFFERING}); shown as the whole range"
+            ),
+        )
     else:
         sd = float(d.std(ddof=1)) if n > 1 else 0.0
         mde = min(span, stats.mde_mean(n, sd, alpha=level, alternative=policy.alternative))  # type: ignore[arg-type]
@@ -165,5 +183,5 @@ def _graded(suite: str, metric: str, b: np.ndarray, c: np.ndarray, policy: GateP
         suite=suite, metric=metric, primary=False, n=n, baseline=float(b.mean()), candidate=float(c.mean()),
         delta=float(d.mean()), n11=int((d == 0).sum()), n10=int((d < 0).sum()), n01=int((d > 0).sum()), n00=0,
         flips=float((d != 0).mean()), p_value=float(test.pvalue), ci_low=float(ci.low), ci_high=float(ci.high),
-        mde=mde, test="sign-flip", mde_alpha=level,
+        mde=mde, test="sign-flip", mde_alpha=level, reason=note,
     )  # fmt: skip

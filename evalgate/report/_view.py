@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.gate import Row, Verdict
+from evalgate.gate._rows import NOT_ESTIMABLE
 from evalgate.manifest import Manifest, VariantInfo
 from evalgate.report import _format as fmt
 from evalgate.report._items import SuiteItems, discordant_items
@@ -193,7 +194,7 @@ def _row(r: Row, anchor_id: str, margin: float | str | None) -> RowView:
         flips=fmt.pct(r.flips),
         n10=r.n10,
         n01=r.n01,
-        mde=fmt.mde(r.mde),
+        mde="not estimable" if NOT_ESTIMABLE in r.reason else fmt.mde(r.mde),  # gate/_rows.py says why
         status=r.status,
         reason=fmt.clean(r.reason),
         underpowered=underpowered,
