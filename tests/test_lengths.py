@@ -20,6 +20,8 @@ from rich.console import Console
 from scipy import stats as st
 
 from evalgate import stats
+from evalgate.cli import main
+from evalgate.engines.fake import FakeEngine
 from evalgate.gate import GatePolicy, decide
 from evalgate.gate._lengths import SuiteLengths, length_rows, suite_lengths
 from evalgate.records import Pair, Record, RecordStore
@@ -348,3 +350,47 @@ def test_the_aa_arm_must_be_sent_the_same_prompts_too() -> None:
     )
     v = decide({SUITE: ([METRIC], pairs)}, policy=GatePolicy(), aa_pairs={SUITE: aa[:3] + aa[4:]})
     assert v.verdict != "ERROR"
+
+
+# --- the compare loop on the fake engine (the long_context suite's own records) ------------------
+
+
+def _needles(prompt: str) -> str:
+    """The right answer to a needle task: every value of the asked key (else nothing right)."""
+    asked = re.findall(r"special magic numbers? for (.+?) mentioned in the provided text", prompt)
+    if not asked:
+        return "I do not know"
+    key = re.escape(asked[-1])
+    return " ".join(re.findall(rf"One of the special magic numbers for {key} is: (.+?)\.", prompt)) or "none"
+
+
+def test_compare_on_the_fake_engine_gives_length_rows(tmp_path: Path, use: Any) -> None:
+    """The suite's own records (lengths, sent_hash) through the whole loop: the candidate misses
+    every needle in its 4k prompts, so the longest-length row blocks and the panel shows it."""
+
+    def answer(arm: str, prompt: str) -> str:
+        return "none" if arm == "candidate" and len(prompt) > 3000 else _needles(prompt)
+
+    use(FakeEngine(answer, context=8192))
+    out = tmp_path / "run"
+    flags = ["--suites", "long_context", "--context-lengths", "1k,2k,4k", "--limit", "12"]
+    code = main(
+        ["compare", "--engine", "fake", "--baseline", "bf16", "--candidate", "fp8", "--out", str(out), *flags]
+    )
+    v = json.loads((out / "verdict.json").read_text())
+    [section] = v["lengths"]
+    assert [r["context_length"] for r in section["rows"]] == [1024, 2048, 4096]
+    assert [r["n"] for r in section["rows"]] == [12, 12, 12]
+    short, _, longest = section["rows"]
+    assert short["n10"] == short["n01"] == 0 and short["baseline"] > 0  # the needles were found
+    assert longest["n10"] == round(longest["baseline"] * 12) > 0 and longest["candidate"] == 0.0
+    assert section["trend"]["context_length"] == 4096
+    records = RecordStore(out).load("long_context", "baseline")
+    cand = RecordStore(out).load("long_context", "candidate")
+    assert all(r.extra["sent_hash"] == cand[k].extra["sent_hash"] for k, r in records.items())
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="lengths-0"' in page and len(_svgs(page)) == 1
+    assert code == {"PASS": 0, "BLOCK": 1}[v["verdict"]] == 1
+    before = {name: (out / name).read_bytes() for name in ("verdict.json", "report.html", "summary.md")}
+    assert main(["report", str(out)]) == 1  # recomputed from the run folder alone: the same bytes
+    assert all((out / name).read_bytes() == data for name, data in before.items())
