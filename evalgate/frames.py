@@ -17,7 +17,8 @@ Columns
   (candidate - baseline), flipped (values differ), direction ("regression", "improvement" or
   "same"), baseline_extracted, candidate_extracted, baseline_response, candidate_response.
 ``verdict()``: one row per gate row of verdict.json (``kind`` "accuracy" for the suites' metric
-  rows, "agreement" for the flip-budget rows), with that row's fields as columns.
+  rows, "agreement" for the flip-budget rows; for a long-context suite "length" per context length
+  and "longest length" for its gated row), with that row's fields as columns.
 """
 
 from __future__ import annotations
@@ -138,6 +139,11 @@ class RunFrames:
         doc = json.loads(path.read_text(encoding="utf-8"))
         rows = [{"kind": "accuracy", **r} for r in doc.get("suites", [])]
         rows += [{"kind": "agreement", **r} for r in doc.get("agreement", [])]
+        for s in doc.get("lengths", []):  # long-context suites (gate/_lengths.py)
+            where = {"suite": s["suite"], "metric": s["metric"]}
+            rows += [{"kind": "length", **where, **r} for r in s["rows"]]
+            if s.get("trend"):
+                rows.append({"kind": "longest length", **where, **s["trend"]})
         frame = _pandas().DataFrame(rows)
         frame.attrs["verdict"] = doc.get("verdict")
         frame.attrs["reason"] = doc.get("reason")

@@ -19,6 +19,7 @@ import pytest
 from rich.console import Console
 from scipy import stats as st
 
+import evalgate
 from evalgate import stats
 from evalgate.cli import main
 from evalgate.engines.fake import FakeEngine
@@ -394,3 +395,18 @@ def test_compare_on_the_fake_engine_gives_length_rows(tmp_path: Path, use: Any) 
     before = {name: (out / name).read_bytes() for name in ("verdict.json", "report.html", "summary.md")}
     assert main(["report", str(out)]) == 1  # recomputed from the run folder alone: the same bytes
     assert all((out / name).read_bytes() == data for name, data in before.items())
+
+
+def test_load_run_lists_the_length_rows(tmp_path: Path) -> None:
+    run = long_run(tmp_path / "run", REGRESSES_AT_8K)
+    render_run(run)
+    frame = evalgate.load_run(run).verdict()
+    lengths = frame[frame["kind"] == "length"]
+    assert list(lengths["context_length"]) == [1024, 2048, 4096, 8192] and list(lengths["n10"]) == [
+        1,
+        1,
+        2,
+        11,
+    ]
+    [longest] = frame[frame["kind"] == "longest length"].to_dict("records")
+    assert (longest["suite"], longest["context_length"], longest["status"]) == (SUITE, 8192, "block")
