@@ -310,3 +310,30 @@ def test_llamacpp_reasoning_format_is_a_launch_flag_on_both_arms() -> None:
     assert all(args(LlamaCppConfig(reasoning_format="none"), v)["--reasoning-format"] == "none"
                for v in ("bf16", "int4"))  # fmt: skip
     assert "--reasoning-format" not in args(LlamaCppConfig(), "bf16")  # unset: llama-server's default
+
+
+VLLM_CHAT = r"""
+import json, sys
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest, ChatMessage
+job = json.load(sys.stdin)
+req = ChatCompletionRequest.model_validate(job["chat"])
+message = ChatMessage(role="assistant", content=job["content"], reasoning=job["reasoning"])
+print(json.dumps({"kwargs": req.chat_template_kwargs, "seed": req.seed, "top_k": req.top_k, "min_p": req.min_p,
+                  "stop": req.stop, "message": json.loads(json.dumps(message.model_dump()))}))
+"""
+
+
+def test_the_chat_request_and_reasoning_field_are_vllms(data_dir: Path) -> None:
+    """vLLM's own ChatCompletionRequest reads every field evalgate sends, and its ChatMessage's
+    ``reasoning`` (vLLM renamed ``reasoning_content``) is kept apart and not graded."""
+    from tests.test_vllm_parser import run_with_vllm
+
+    item = _items("gsm8k_chat", data_dir, 1, thinking=False)[0]
+    messages, gen = item.payload[3][0]
+    options = SuiteOptions(thinking=False, temperature=0.6, sampling=(("top_k", 20), ("min_p", 0.05)))
+    chat = {**chat_payload(messages, gen, seed=5, options=options), "model": "m"}
+    out = run_with_vllm(VLLM_CHAT, {"chat": chat, "content": "The final answer is 1", "reasoning": "it is 2"})
+    assert out["kwargs"] == {"enable_thinking": False} and out["seed"] == 5
+    assert out["top_k"] == 20 and out["min_p"] == 0.05
+    answer = read_chat({"choices": [{"message": out["message"], "finish_reason": "stop"}]}, [])
+    assert answer.content == "The final answer is 1" and answer.reasoning == "it is 2"
