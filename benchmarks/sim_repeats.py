@@ -42,7 +42,6 @@ from evalgate.gate import GatePolicy, decide
 from evalgate.records import Pair, Record
 from evalgate.repeats import RESAMPLES, item_means
 from evalgate.stats._resampling import _chunks
-from evalgate.stats._sampled import sampled_excess_test
 
 ALPHA = 0.05
 FAMILY = 3  # a generation suite's tests: accuracy, agreement, unanswered
@@ -124,7 +123,7 @@ def agreement_p(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The sampled agreement row's p per replicate, with the gate's seed (one test per replicate)."""
     seed = stats.stable_seed("sampled-agreement", SUITE, METRIC)
     return np.array([
-        sampled_excess_test(x[j], y[j], margin=DEFAULT_AA_MARGIN, n_resamples=RESAMPLES,
+        stats.sampled_excess_test(x[j], y[j], margin=DEFAULT_AA_MARGIN, n_resamples=RESAMPLES,
                             rng=np.random.default_rng(seed)).pvalue
         for j in range(x.shape[0])
     ])  # fmt: skip

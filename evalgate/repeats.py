@@ -23,7 +23,6 @@ import numpy as np
 from evalgate import stats
 from evalgate.agreement import AgreementRow, SampledAgreement, agreement_row
 from evalgate.records import Pair, Record
-from evalgate.stats._sampled import sampled_excess_test
 
 __all__ = [
     "RESAMPLES",
@@ -165,7 +164,7 @@ def sampled_agreement_row(
     if outcomes is None:
         return row
     rng = np.random.default_rng(stats.stable_seed("sampled-agreement", suite, metric))
-    res = sampled_excess_test(
+    res = stats.sampled_excess_test(
         *outcomes, margin=margin, n_resamples=RESAMPLES, regressions=counts == "regressions", rng=rng
     )
     row.p_value, row.test = res.pvalue, f"sampled excess over repeat-to-repeat ({res.method})"

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalgate import stats
 from evalgate.agreement import unanswered, unanswered_test
 from evalgate.cli import main
 from evalgate.gate import GatePolicy, decide
 from evalgate.records import Pair, Record, RecordStore
 from evalgate.repeats import item_means, outcome_matrix, sampled_agreement_row
-from evalgate.stats._sampled import sampled_excess_test
 
 from ._background import background_apps
 from .hostile_server import Hostile, hostile_app
@@ -43,7 +43,7 @@ def test_disagreement_shares_and_excess_match_a_count_of_repeat_pairs() -> None:
     for _ in range(50):
         n, k = int(gen.integers(1, 5)), int(gen.integers(2, 6))
         x, y = (gen.integers(0, 2, (n, k)).astype(float) for _ in range(2))
-        res = sampled_excess_test(x, y, margin=0.03, n_resamples=64, rng=_rng())
+        res = stats.sampled_excess_test(x, y, margin=0.03, n_resamples=64, rng=_rng())
         cross, sx, sy = _brute(x, y)
         assert (res.cross, res.within_x, res.within_y) == pytest.approx((cross, sx, sy))
         assert res.estimate == pytest.approx(cross - (sx + sy) / 2)
@@ -68,7 +68,7 @@ def test_the_exchange_p_value_enumerates_every_arm_swap_on_a_tiny_case() -> None
     set's D - (S + C) / 2 counted by brute force."""
     x = np.array([[1, 1, 0], [1, 0, 1]], dtype=float)
     y = np.array([[0, 0, 0], [1, 1, 1]], dtype=float)
-    observed = sampled_excess_test(x, y, margin=0.0, rng=_rng())
+    observed = stats.sampled_excess_test(x, y, margin=0.0, rng=_rng())
     cross, sx, sy = _brute(x, y)
     stat = cross - (sx + sy) / 2
     differ = [(i, r) for i in range(2) for r in range(3) if x[i, r] != y[i, r]]
@@ -87,15 +87,15 @@ def test_the_exchange_p_value_enumerates_every_arm_swap_on_a_tiny_case() -> None
 
 def test_edge_cases() -> None:
     same = np.array([[1, 0, 1, 1]] * 5, dtype=float)
-    res = sampled_excess_test(same, same, margin=0.03, rng=_rng())
+    res = stats.sampled_excess_test(same, same, margin=0.03, rng=_rng())
     assert (res.estimate, res.pvalue, res.p_exchange, res.p_margin) == (0.0, 1.0, 1.0, 1.0)
     assert res.within_x == pytest.approx(0.5)  # one 0 among four: 6 of 12 ordered pairs differ
-    flipped = sampled_excess_test(
+    flipped = stats.sampled_excess_test(
         np.ones((30, 4)), np.zeros((30, 4)), margin=0.03, n_resamples=999, rng=_rng()
     )
     assert flipped.estimate == 1.0 and flipped.pvalue == pytest.approx(1 / 1000)
     # under the regression policy an improvement never counts
-    better = sampled_excess_test(
+    better = stats.sampled_excess_test(
         np.zeros((30, 4)), np.ones((30, 4)), margin=0.03, n_resamples=999, regressions=True, rng=_rng()
     )
     assert better.estimate == 0.0 and better.pvalue == 1.0
@@ -105,9 +105,9 @@ def test_edge_cases() -> None:
         ((np.full((3, 2), 0.5), np.ones((3, 2))), "0/1"),
     ):
         with pytest.raises(ValueError, match=words):
-            sampled_excess_test(*bad, margin=0.03, rng=_rng())
+            stats.sampled_excess_test(*bad, margin=0.03, rng=_rng())
     with pytest.raises(ValueError, match="margin"):
-        sampled_excess_test(same, same, margin=1.5, rng=_rng())
+        stats.sampled_excess_test(same, same, margin=1.5, rng=_rng())
 
 
 def _coupled(
@@ -127,7 +127,7 @@ def test_false_block_rate_of_identical_sampled_arms_is_at_most_alpha() -> None:
     for _ in range(200):
         p = gen.beta(0.6, 0.6, 60)
         x, y = _coupled(gen, p, p, 4)
-        blocks += sampled_excess_test(x, y, margin=0.0, n_resamples=199, rng=gen).pvalue < alpha
+        blocks += stats.sampled_excess_test(x, y, margin=0.0, n_resamples=199, rng=gen).pvalue < alpha
     assert blocks / 200 <= alpha + 2 * np.sqrt(alpha * (1 - alpha) / 200)
 
 
@@ -136,12 +136,12 @@ def test_a_candidate_whose_per_item_chances_moved_blocks_and_one_at_the_margin_r
     p = gen.beta(0.6, 0.6, 200)
     moved = np.clip(p + np.where(gen.random(200) < 0.5, 0.4, -0.4), 0, 1)  # mean excess about 0.13
     x, y = _coupled(gen, p, moved, 4)
-    assert sampled_excess_test(x, y, margin=0.03, n_resamples=999, rng=gen).pvalue <= 1 / 1000
+    assert stats.sampled_excess_test(x, y, margin=0.03, n_resamples=999, rng=gen).pvalue <= 1 / 1000
     at_margin, blocks = np.sqrt(0.03), 0  # every item's chance moved by sqrt(margin): excess = margin
     for _ in range(100):
         p = gen.uniform(0.3, 0.7, 100)
         x, y = _coupled(gen, p, p - at_margin, 4)
-        blocks += sampled_excess_test(x, y, margin=0.03, n_resamples=199, rng=gen).pvalue < 0.05
+        blocks += stats.sampled_excess_test(x, y, margin=0.03, n_resamples=199, rng=gen).pvalue < 0.05
     assert blocks / 100 <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 100)
 
 

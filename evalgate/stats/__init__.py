@@ -37,6 +37,7 @@ from evalgate.stats._resampling import (
     paired_bootstrap,
     sign_flip_test,
 )
+from evalgate.stats._sampled import SampledExcessResult, sampled_excess_test
 from evalgate.stats._seeds import stable_seed
 from evalgate.stats._trend import TrendResult, discordant_trend
 from evalgate.stats.sequential import (
@@ -57,6 +58,7 @@ __all__ = [
     "ExcessTestResult",
     "McNemarResult",
     "PermutationResult",
+    "SampledExcessResult",
     "SequentialOutcome",
     "SequentialResult",
     "SequentialRule",
@@ -77,6 +79,7 @@ __all__ = [
     "replay_stream",
     "required_n",
     "rule_for",
+    "sampled_excess_test",
     "sequential_evalue",
     "sequential_futile",
     "sequential_test",
