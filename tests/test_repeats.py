@@ -148,3 +148,24 @@ def test_pass_at_k_and_majority_on_known_records() -> None:
     }
     assert means["a"] == pytest.approx((1 / 3, 2 / 3)) and means["b"] == (0.0, 0.0)
     assert "pass@1 (avg of 3) 0.167 -> 0.333" in s.note("s", "em")
+
+
+def test_the_progress_bar_shows_each_arms_running_accuracy(
+    tmp_path: Path, data_dir: Path, use, gsm8k_answers, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """sgl-eval's live accuracy: the baseline right every time, the candidate 1 in 4 (its draws)."""
+    from evalgate.records import Record
+    from evalgate.runner import LiveAccuracy
+
+    engine = FakeEngine(sampled=_sampler({"candidate": 0.75}))
+    code, out = _run(tmp_path, data_dir, use, engine, "--repeats", str(K), "--temperature", "0.7")
+    printed = capsys.readouterr().out
+    recs = [json.loads(x) for x in (out / "items" / "gsm8k.candidate.jsonl").read_text().splitlines()]
+    metric = next(iter(recs[0]["metrics"]))
+    cand = sum(r["metrics"][metric] for r in recs) / len(recs)
+    assert code == 1 and f"{metric.split(',')[0]} 1.000" in printed
+    assert f"{metric.split(',')[0]} {cand:.3f}" in printed and cand < 0.5
+    live = LiveAccuracy("em")
+    failed = Record(run_id="x", arm="a", variant="a", suite="s", suite_version=1, item_id="i", repeat=0,
+                    prompt_hash="h", target=None, response=None, extracted=None, metrics={}, error="boom")  # fmt: skip
+    assert live.add(failed) == "" and live.n == 0  # a failed item is not a wrong one here
