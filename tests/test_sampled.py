@@ -323,3 +323,52 @@ def test_a_graded_mde_from_too_few_differing_items_is_not_estimable() -> None:
     row = _decide(_pairs(zeros, many)).suites[0]
     assert "not estimable" not in row.reason and 0 < row.mde < 0.2
     assert _row(row, "", None).mde == f"{row.mde * 100:.1f} pt"
+
+
+def test_answer_rates_per_arm_on_known_records() -> None:
+    """Two items x 2 repeats. Baseline: right 3 of 4, one empty answer, reasoning 10/20/30/40
+    tokens. Candidate: right 1 of 4, one cut at the cap and one without an extractable answer,
+    no reasoning recorded. The table leaves out reasoning only when no arm has it."""
+    from evalgate.answers import suite_answers
+    from evalgate.report.answers import answers_table
+
+    def rec(arm: str, item: str, r: int, right: float, reasoning: int | None, **extra: object) -> Record:
+        tokens = {"completion": 5} | ({"reasoning": reasoning} if reasoning is not None else {})
+        return Record(run_id="x", arm=arm, variant=arm, suite="s", suite_version=1, item_id=item, repeat=r,
+                      prompt_hash="h", target="7", response=f"{arm}{item}{r}", extracted=str(right),
+                      metrics={"em": right}, tokens=tokens, extra={"empty": False, "finish_reason": "stop"} | extra)  # fmt: skip
+
+    base = [rec("baseline", "a", 0, 1.0, 10), rec("baseline", "a", 1, 1.0, 20),
+            rec("baseline", "b", 0, 1.0, 30), rec("baseline", "b", 1, 0.0, 40, empty=True)]  # fmt: skip
+    cand = [rec("candidate", "a", 0, 1.0, None), rec("candidate", "a", 1, 0.0, None, finish_reason="length"),
+            rec("candidate", "b", 0, 0.0, None, no_answer=True), rec("candidate", "b", 1, 0.0, None)]  # fmt: skip
+    pairs = [Pair(b.item_id, b.repeat, b, c) for b, c in zip(base, cand, strict=True)]
+    s = suite_answers("s", "em", pairs, 2)
+    assert s is not None and (s.k, s.items, s.identical) == (2, 2, 0.0)
+    assert (s.baseline.pass1, s.baseline.passk, s.baseline.no_answer, s.baseline.truncated) == (
+        0.75,
+        1.0,
+        0.25,
+        0.0,
+    )
+    assert (s.candidate.pass1, s.candidate.passk, s.candidate.no_answer, s.candidate.truncated) == (
+        0.25,
+        0.5,
+        0.25,
+        0.25,
+    )
+    assert (s.baseline.reasoning_mean, s.baseline.reasoning_median) == (25.0, 25.0)
+    assert s.candidate.reasoning_mean is None
+    assert (
+        s.baseline.majority == 1.0 and s.candidate.majority == 0.5
+    )  # ties (two answers once each) go to repeat 0
+    from dataclasses import asdict
+
+    headers, rows = answers_table([asdict(s)])
+    assert "reasoning tokens (mean / median)" in headers and "majority@k" in headers
+    assert rows[0][headers.index("reasoning tokens (mean / median)")] == "25 / 25"
+    assert rows[1][headers.index("truncated")] == "25.0%" and rows[1][headers.index("pass@k")] == "0.500"
+    greedy = suite_answers("s", "em", [p for p in pairs if p.repeat == 0], 1)
+    assert greedy is not None
+    headers, _ = answers_table([asdict(greedy)])
+    assert "pass@k" not in headers and greedy.baseline.passk is None
