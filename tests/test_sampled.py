@@ -183,6 +183,7 @@ def test_the_gate_blocks_an_excess_over_repeat_noise_and_passes_noise_alone() ->
     a = v.agreement[0]
     assert v.verdict == "PASS" and a.status == "pass" and a.sampled is not None, a.reason
     assert a.sampled.baseline_within > 0.1 and "repeat to repeat" in a.reason
+    assert "no more than each with itself" in v.reason and "flips within budget" not in v.reason
     flips = np.where(gen.random((150, 1)) < 0.25, 1 - x, x)  # a quarter of the items answered the other way
     v = _decide(_pairs(x, flips.astype(float)))
     a = v.agreement[0]
@@ -246,7 +247,11 @@ def _attach(base: Hostile, cand: Hostile, out: Path, *flags: str) -> int:
 
 
 def test_each_item_repeat_is_sent_with_one_seed_to_both_servers(
-    stub: Callable[..., Hostile], data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stub: Callable[..., Hostile],
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """What the servers were sent, from their request logs: per prompt, repeat r carries the same
     seed on both arms, the three repeats three different seeds, and both arms the same sampling."""
@@ -256,7 +261,8 @@ def test_each_item_repeat_is_sent_with_one_seed_to_both_servers(
     code = _attach(
         base, cand, tmp_path / "run", "--suites", "gsm8k", "--limit", "4", "--data-dir", str(data_dir)
     )
-    assert code == 0
+    printed = capsys.readouterr().out
+    assert code == 0 and "excess +0.0 / 3.0 pt" in printed  # the terminal's agreement table
     sent: dict[str, dict[str, list[Any]]] = {}
     for arm, h in (("baseline", base), ("candidate", cand)):
         for body in h.sent("/v1/completions"):

@@ -155,8 +155,15 @@ def verdict_from(
         )
     reason += trend_pass_note(lengths)
     gated = [a for a in agreement if a.status != "info"]  # a graded metric's changed share is not gated
-    if gated:
-        reason += f"; flips within budget (max {max(a.flip_rate for a in gated):.1%})"
+    plain = [a for a in gated if a.sampled is None]
+    if plain:
+        reason += f"; flips within budget (max {max(a.flip_rate for a in plain):.1%})"
+    sampled = [a.sampled for a in gated if a.sampled is not None]
+    if sampled:  # --repeats: cross-arm disagreement against each arm's own (repeats.py)
+        reason += (
+            f"; the arms disagree no more than each with itself, repeat to repeat, plus the margin (max excess "
+            f"{max(s.excess for s in sampled) * 100:+.1f} pt, margin {sampled[0].margin * 100:.1f} pt)"
+        )
     weak = [r for r in family if r.status == "underpowered"]
     if weak:
         level = min(r.mde_alpha or policy.alpha for r in weak)

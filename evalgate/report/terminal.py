@@ -54,8 +54,11 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
             agree.add_column(col, justify="left" if col in ("suite", "") else "right")
         for a in verdict.agreement:
             same = a.top1_agree if a.top1_agree is not None else a.text_agree
+            budget = f"{a.budget:.1%}"
+            if a.sampled is not None:  # --repeats: the excess over the arms' own disagreement, and its margin
+                budget = f"excess {a.sampled.excess * 100:+.1f} / {a.sampled.margin * 100:.1f} pt"
             agree.add_row(
-                escape(a.suite), f"{a.flips}/{a.n}", f"{a.flip_rate:.1%}", f"{a.budget:.1%}", f"{a.p_value:.3g}",
+                escape(a.suite), f"{a.flips}/{a.n}", f"{a.flip_rate:.1%}", budget, f"{a.p_value:.3g}",
                 "" if a.p_adjusted is None else f"{a.p_adjusted:.3g}",
                 "" if a.kl_mean is None else f"{a.kl_mean:.3f}", "" if same is None else f"{same:.1%}",
                 a.status.upper(),
