@@ -80,10 +80,12 @@ def read_chat(
     """The graded answer and the reasoning of a chat completion (the module's rule); the scorer
     has checked its shape already (``check_chat``), this checks it again for any scorer.
 
-    ``prefill``: the final assistant message the server continued. SGLang and vLLM answer with the
-    continuation alone; llama-server answers with the whole message, prefill included (measured:
-    "The best answer is D" for ARC's prefill "The best answer is"), so a content that starts with
-    the prefill is graded on what follows it: the same answer on every engine."""
+    ``prefill``: the final assistant message the server continued. SGLang (0.5.23 serving_chat.py
+    appends it to the prompt ids, ``_append_assistant_prefix_to_prompt_ids``) and vLLM
+    (``continue_final_message``) answer with the continuation alone; llama-server answers with the
+    whole message, prefill included (measured: "The best answer is D" for ARC's prefill "The best
+    answer is"), so a content that starts with the prefill is graded on what follows it: the same
+    answer on every engine."""
     data = check_chat(data, server)
     choice = first_choice(data, server, "/v1/chat/completions")
     message = choice["message"]
