@@ -42,7 +42,6 @@ from evalgate.stats.sequential import DEFAULT_CHUNK, shuffled
 from evalgate.suites import (
     PRESETS,
     Item,
-    LmEvalChatSuite,
     Suite,
     SuiteOptions,
     ToolCallSuite,
@@ -145,10 +144,12 @@ def _plan(
         )
     names = chat_variants(req.suites) if req.chat else req.suites  # --chat: each suite's chat variant
     suites = [registry.get(name, options=req.suite_options.get(name)) for name in names]
-    if req.thinking != "auto" and not any(isinstance(s, LmEvalChatSuite) for s in suites):
+    if req.thinking != "auto" and not any(
+        s.kind == "chat" and not isinstance(s, ToolCallSuite) for s in suites
+    ):
         raise ConfigError(
             f"--thinking {req.thinking} reaches only chat suites, and this run has none",
-            fix="add --chat (or a chat suite such as gsm8k_chat), or drop --thinking",
+            fix="add --chat (or a chat suite such as gsm8k_chat, or a private exam), or drop --thinking",
         )
     if any(isinstance(s, ToolCallSuite) for s in suites):
         for arm, spec in specs.items():

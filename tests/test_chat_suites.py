@@ -232,10 +232,13 @@ def _compare(tmp_path: Path, data_dir: Path, *flags: str) -> tuple[int, Path]:
     return main(args), out
 
 
-def test_chat_flag_runs_the_chat_variants(tmp_path: Path, data_dir: Path, use: Any) -> None:
+def test_chat_flag_runs_the_chat_variants(
+    tmp_path: Path, data_dir: Path, use: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     engine = use(FakeEngine(lambda arm, prompt: "The final answer is 3"))
     code, out = _compare(tmp_path, data_dir, "--suites", "gsm8k,arc_easy", "--chat", "--thinking", "off")
     assert code == 0
+    assert "suites gsm8k_chat, arc_easy_chat" in " ".join(capsys.readouterr().out.split())
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["suites"]) == {"gsm8k_chat", "arc_easy_chat"}
     assert manifest["request"]["chat"] is True and manifest["request"]["thinking"] == "off"
@@ -337,3 +340,36 @@ def test_the_chat_request_and_reasoning_field_are_vllms(data_dir: Path) -> None:
     assert out["top_k"] == 20 and out["min_p"] == 0.05
     answer = read_chat({"choices": [{"message": out["message"], "finish_reason": "stop"}]}, [])
     assert answer.content == "The final answer is 1" and answer.reasoning == "it is 2"
+
+
+def test_a_private_exam_grades_the_answer_and_keeps_its_reasoning_only_when_revealed() -> None:
+    """The private suite reads a chat answer by the same rule: reasoning counted, its text dropped
+    unless --reveal-private (it may quote the item), no_answer where the grader extracts nothing,
+    and --thinking in the request it hashes."""
+    from evalgate.suites.private import private
+
+    example = Path(__file__).resolve().parents[1] / "suites" / "private" / "example"
+    suite = private(f"private:{example}")
+    items = {it.item_id: it for it in suite.load(SuiteOptions(seed=3), None)}
+    numeric = items["ex-numeric-1"]
+
+    def run(content: str | None, reasoning: str | None, **options: Any) -> Any:
+        message = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+        scorer = _Stub({"choices": [{"message": message, "finish_reason": "stop"}]})
+        return asyncio.run(suite.run(numeric, scorer, SuiteOptions(seed=3, **options)))  # type: ignore[arg-type]
+
+    hidden = run("no idea", "12 times 12 is 144")
+    assert hidden.metrics == {"pass": 0.0} and hidden.extra["no_answer"] is True
+    assert "reasoning_content" not in hidden.extra and hidden.tokens["reasoning"] == 5
+    shown = run("It is 144.", "12 times 12", reveal_private=True)
+    assert shown.metrics == {"pass": 1.0} and shown.extra["reasoning_content"] == "12 times 12"
+    assert shown.extra["no_answer"] is False
+    inline = run("<think>it is 144</think>no idea", None)
+    assert (
+        inline.metrics == {"pass": 0.0}
+        and inline.extra["think_inline"]
+        and "reasoning_content" not in inline.extra
+    )
+    off = suite.load(SuiteOptions(seed=3, thinking=False), None)[0]
+    assert off.payload[1]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert off.prompt_hash != items[off.item_id].prompt_hash

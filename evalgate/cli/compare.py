@@ -166,7 +166,7 @@ def _run(args: argparse.Namespace, plan: RunPlan, console: Console) -> int:
     req = plan.request
     console.print(
         f"run {plan.run_id}: {req.baseline} vs {req.candidate} on {plan.engine.name}, "
-        f"suites {', '.join(req.suites)} -> {plan.run_dir}"
+        f"suites {', '.join(s.name for s in plan.suites)} -> {plan.run_dir}"  # --chat: the chat variants
     )
     # a resumed run keeps the check it ran or skipped (the manifest), else asks the request
     check = plan.manifest.kernel_check or kernel_check_for(

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evalgate.config import read_text
 from evalgate.errors import ConfigError
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices
+from evalgate.suites._chat import read_chat
 from evalgate.suites._graders import (
     REGEX_TIMEOUT_S,
     Grader,
@@ -270,7 +271,10 @@ class PrivateSuite:
             if options.max_gen_tokens is None
             else min(self.exam.max_tokens, options.max_gen_tokens)
         )
-        return {"messages": messages, "max_tokens": cap, "temperature": self.exam.temperature}
+        request = {"messages": messages, "max_tokens": cap, "temperature": self.exam.temperature}
+        if options.thinking is not None:  # --thinking on|off: the chat template's switch, hashed
+            request["chat_template_kwargs"] = {"enable_thinking": options.thinking}
+        return request
 
     def load(self, options: SuiteOptions, n: int | None) -> list[Item]:
         items = self.exam.items
@@ -293,20 +297,23 @@ class PrivateSuite:
 
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
         exam_item, request = item.payload
-        data = await scorer.chat({**request, "seed": options.seed})  # checked by the scorer
-        choice = (data.get("choices") or [{}])[0]
-        text = str((choice.get("message") or {}).get("content") or "")  # null content: no answer
+        # only message.content is graded (null: no answer); reasoning and inline <think> as in
+        # suites/_chat.py, its text kept only when revealed (it may quote the item)
+        answer = read_chat(await scorer.chat({**request, "seed": options.seed}), [])
+        text = answer.content
         passed, extracted = exam_item.grade(text)
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        tokens = {k: _count(usage.get(f"{k}_tokens")) for k in ("prompt", "completion")}
-        finish = choice.get("finish_reason")
+        tokens = {"prompt": answer.prompt_tokens, "completion": answer.completion_tokens}
         # no item text: what the gate's unanswered test reads (empty, or cut at max tokens)
-        extra = {"empty": not text.strip(), "finish_reason": finish if isinstance(finish, str) else None}
+        extra: dict[str, Any] = {"empty": not text.strip(), "finish_reason": answer.finish_reason}
+        if exam_item.grader != "regex":  # a regex that does not match is a wrong answer, not none
+            extra["no_answer"] = extracted is None or extracted == ""
+        if answer.reasoning is not None:
+            tokens["reasoning"] = answer.reasoning_tokens or len(await scorer.tokenize(answer.reasoning))
+            if options.reveal_private:
+                extra["reasoning_content"] = answer.reasoning
+        if answer.think_inline:
+            extra["think_inline"] = True
         return ItemResult(text, extracted, {"pass": float(passed)}, tokens, extra=extra)
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def private(spec: str) -> PrivateSuite:
