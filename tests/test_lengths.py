@@ -274,6 +274,12 @@ def test_report_shows_the_length_panel_next_to_the_forest_plot(tmp_path: Path) -
     assert "#### long\\_context by context length" in summary
     assert "| 8k (8,192 tokens) | 50 | 0.720 | 0.520 | -20.0 pt | 12 (24.0%) | 11 / 1 |" in summary
     assert json.loads((run / "verdict.json").read_text())["lengths"][0]["trend"]["status"] == "block"
+    junit = ET.fromstring((run / "junit.xml").read_bytes())  # the CI sees which length blocked
+    [failed] = [c for c in junit.iter("testcase") if c.find("failure") is not None]
+    assert failed.get("name") == "string_match_all at 8192 tokens (longest length)"
+    assert junit.get("failures") == "1" and "lost 11 and gained 1 of 50" in failed.find("failure").get(
+        "message"
+    )
 
 
 def test_capacity_in_tokens_when_the_run_recorded_it(tmp_path: Path) -> None:

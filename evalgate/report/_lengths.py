@@ -18,7 +18,7 @@ from markupsafe import Markup
 
 from evalgate.capacity import capacity_ratio
 from evalgate.gate import Verdict
-from evalgate.gate._lengths import LengthRow, SuiteLengths
+from evalgate.gate._lengths import LengthRow, LengthTrend, SuiteLengths
 from evalgate.manifest import Manifest
 from evalgate.report import _format as fmt
 from evalgate.report.lengths_svg import length_label, lengths_chart
@@ -30,12 +30,18 @@ HEADERS = ["context length", "n", "baseline", "candidate", "delta", "flips", "n1
 
 @dataclass(frozen=True)
 class LengthPanel:
+    """One suite's panel; ``title``, ``headers``, ``rows``, ``note`` and ``svg`` as in ``_view.Section``."""
+
     key: str
     title: str
     headers: list[str]
     rows: list[list[str]]
     note: str
     svg: Markup
+    suite: str
+    metric: str
+    trend: LengthTrend | None
+    """The gated longest-length row (JUnit makes it a test case)."""
 
 
 def length_cells(r: LengthRow) -> list[str]:
@@ -140,6 +146,9 @@ def length_panels(manifest: Manifest, verdict: Verdict) -> list[LengthPanel]:
                 rows=[length_cells(r) for r in s.rows],
                 note=fmt.clean(f"{note} {trend_text(s)}"),
                 svg=lengths_chart(s, arms=names),
+                suite=fmt.clean(s.suite),
+                metric=fmt.clean(s.metric),
+                trend=s.trend,
             )
         )
     return out

@@ -17,6 +17,7 @@ from evalgate.gate._rows import NOT_ESTIMABLE
 from evalgate.manifest import Manifest, VariantInfo
 from evalgate.report import _format as fmt
 from evalgate.report._items import SuiteItems, discordant_items
+from evalgate.report._lengths import LengthPanel, length_panels
 from evalgate.verdict import RunData
 
 __all__ = ["OPTIONAL_SECTIONS", "ArgRow", "FactRow", "RowView", "RunView", "Section", "build_view"]
@@ -116,7 +117,7 @@ class RunView:
     errors: list[str]
     run_info: list[list[str]]
     sections: list[Section] = field(default_factory=list)
-    lengths: list[Section] = field(default_factory=list)
+    lengths: list[LengthPanel] = field(default_factory=list)
     """Long-context suites: a table per context length, the chart and the capacity it buys."""
 
     @property
@@ -161,7 +162,7 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
         errors=[fmt.clean(e) for e in run.errors()],
         run_info=_run_info(m),
         sections=_optional(m, verdict),
-        lengths=_lengths(m, verdict),
+        lengths=length_panels(m, verdict),
     )
 
 
@@ -353,15 +354,6 @@ def _throughput(doc: dict[str, Any], title: str) -> list[Section]:
     return [
         Section("throughput", title, headers, rows, note=tp.settings_note(doc), svg=tp.throughput_chart(doc)),
         Section("kv-capacity", "KV capacity", cap_headers, cap_rows),
-    ]
-
-
-def _lengths(m: Manifest, verdict: Verdict) -> list[Section]:
-    """verdict.json's ``lengths`` as panels (report/_lengths.py): none for a run without them."""
-    from evalgate.report._lengths import length_panels
-
-    return [
-        Section(p.key, p.title, p.headers, p.rows, note=p.note, svg=p.svg) for p in length_panels(m, verdict)
     ]
 
 

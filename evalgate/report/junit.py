@@ -1,4 +1,5 @@
-"""junit.xml: one testcase per (suite, metric), so any CI shows which suite blocked the rollout.
+"""junit.xml: one testcase per (suite, metric), so any CI shows which suite blocked the rollout
+(and one for a long-context suite's gated row, its longest length).
 
 A row that blocks is a <failure>; an ERROR verdict adds one <error> testcase named ``verdict``
 (there is no per-row answer when the run is incomplete). Output is deterministic: no timestamps
@@ -10,6 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from evalgate.report._format import clean
+from evalgate.report._format import p as pvalue
 from evalgate.report._view import FactRow, RunView
 
 __all__ = ["render_junit"]
@@ -47,6 +49,24 @@ def render_junit(view: RunView) -> str:
             fail.text = summary
         else:
             ET.SubElement(case, "system-out").text = f"{summary}\n{r.reason}"
+    for panel in view.lengths:  # a long-context suite's gated row: the longest length
+        t = panel.trend
+        if t is None or not t.gated:
+            continue
+        case = ET.SubElement(
+            suite_el, "testcase", classname=f"evalgate.{panel.suite}",
+            name=f"{panel.metric} at {t.context_length} tokens (longest length)", time="0.00",
+        )  # fmt: skip
+        summary = (
+            f"{panel.suite} {panel.metric} at {t.context_length} tokens: n={t.n} baseline={t.baseline:.3f} "
+            f"candidate={t.candidate:.3f} n10/n01={t.n10}/{t.n01} p={t.p_value:.3g} "
+            f"p_holm={pvalue(t.p_adjusted)} status={t.status}"
+        )
+        if t.status == "block":
+            failures += 1
+            ET.SubElement(case, "failure", message=clean(t.reason), type="evalgate.block").text = summary
+        else:
+            ET.SubElement(case, "system-out").text = f"{summary}\n{clean(t.reason)}"
     if view.verdict == "ERROR":
         errors += 1
         case = ET.SubElement(suite_el, "testcase", classname="evalgate", name="verdict", time="0.00")

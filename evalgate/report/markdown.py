@@ -11,6 +11,7 @@ import html
 import re
 
 from evalgate.report._items import ItemView, SuiteItems
+from evalgate.report._lengths import LengthPanel
 from evalgate.report._view import RunView, Section
 
 __all__ = ["LIMIT", "render_markdown"]
@@ -111,7 +112,7 @@ def _head(v: RunView) -> list[str]:
     return out
 
 
-def _length_table(s: Section) -> str:
+def _length_table(s: Section | LengthPanel) -> str:
     """A long-context suite's rows per context length, and what the candidate buys and costs."""
     head = "| " + " | ".join(_md(h) for h in s.headers) + " |\n|---|" + "--:|" * (len(s.headers) - 1) + "\n"
     rows = "".join("| " + " | ".join(_md(c) for c in row) + " |\n" for row in s.rows)
