@@ -70,36 +70,56 @@ def test_thinking_is_part_of_what_is_sent_and_hashed(data_dir: Path) -> None:
                                                       options=SuiteOptions())  # fmt: skip
 
 
-def _sglang() -> Any:
-    """SGLang 0.5.23's protocol module (the parser install), or skip."""
+SGLANG = r"""
+import json, sys, warnings
+from sglang.srt.entrypoints.openai import protocol as p
+job = json.load(sys.stdin)
+req = p.ChatCompletionRequest.model_validate(job["chat"])
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)  # max_tokens: SGLang still reads it (lm-eval sends it)
+    params = req.to_sampling_params(stop=req.stop, model_generation_config={})
+def answer(content, reasoning, n):
+    usage = p.UsageInfo(prompt_tokens=50, completion_tokens=30, total_tokens=80)
+    if n:
+        usage.completion_tokens_details = p.CompletionTokensDetails(reasoning_tokens=n)
+    message = p.ChatMessage(role="assistant", content=content, reasoning_content=reasoning)
+    choice = p.ChatCompletionResponseChoice(index=0, message=message, finish_reason="stop")
+    return json.loads(p.ChatCompletionResponse(id="x", model="m", choices=[choice], usage=usage).model_dump_json())
+print(json.dumps({"kwargs": req.chat_template_kwargs, "seed": req.seed, "top_p": req.top_p, "top_k": req.top_k,
+                  "temperature": req.temperature, "stop": req.stop, "sampling_seed": params["sampling_seed"],
+                  "max_new_tokens": params["max_new_tokens"], "answers": [answer(*a) for a in job["answers"]]}))
+"""
+WRONG = "The final answer is 123456789"
+
+
+@pytest.fixture(scope="module")
+def sglang(data_dir: Path) -> dict[str, Any]:
+    """SGLang 0.5.23's own models, in a child (torch and all stay out of this process): ARC chat's
+    payload validated as a ChatCompletionRequest, and GSM8K chat answers built as its responses."""
     sys.path.insert(0, str(Path(__file__).parent))
     import _sglang_shim_protocol as sgl
+
+    from tests._subprocess import run_json
 
     path = sgl.sglang_path()
     if not path:
         pytest.skip("SGLang's protocol is not installed: evalgate setup --parsers")
-    sys.path.insert(0, path)
-    from sglang.srt.entrypoints.openai import protocol
-
-    return protocol
-
-
-def test_the_chat_request_is_sglangs(data_dir: Path) -> None:
-    """Every field evalgate sends is one SGLang's ChatCompletionRequest reads: the seed becomes its
-    sampling_seed, the thinking switch its chat_template_kwargs, a trailing assistant message is
-    kept for continue_final_message."""
-    protocol = _sglang()
     item = _items("arc_easy_chat", data_dir, 1, thinking=True, temperature=0.7, sampling=(("top_p", 0.9),))[0]
     messages, gen = item.payload[3][0]
     options = SuiteOptions(thinking=True, temperature=0.7, sampling=(("top_p", 0.9), ("top_k", 20)))
-    payload = chat_payload(messages, gen, seed=11, options=options)
-    req = protocol.ChatCompletionRequest.model_validate({**payload, "model": "m"})
-    assert req.chat_template_kwargs == {"enable_thinking": True}
-    assert req.seed == 11 and req.top_p == 0.9 and req.top_k == 20 and req.temperature == 0.7
-    assert req.stop == ["\n\n", "."]
-    with pytest.warns(DeprecationWarning):  # SGLang still reads max_tokens (lm-eval sends it too)
-        params = req.to_sampling_params(stop=req.stop, model_generation_config={})
-    assert params["sampling_seed"] == 11 and params["max_new_tokens"] == 100
+    chat = {**chat_payload(messages, gen, seed=11, options=options), "model": "m"}
+    right = f"The final answer is {_items('gsm8k_chat', data_dir, 1)[0].target}"
+    answers = [(WRONG, f"Working... {right}", 9), (right, f"Maybe {WRONG}", 0), (None, right, 0)]
+    return run_json(SGLANG, {"chat": chat, "answers": answers}, pythonpath=path)
+
+
+def test_the_chat_request_is_sglangs(sglang: dict[str, Any]) -> None:
+    """Every field evalgate sends is one SGLang's ChatCompletionRequest reads: the seed becomes its
+    sampling_seed, the thinking switch its chat_template_kwargs."""
+    assert sglang["kwargs"] == {"enable_thinking": True}
+    assert sglang["seed"] == 11 and sglang["sampling_seed"] == 11 and sglang["max_new_tokens"] == 100
+    assert sglang["top_p"] == 0.9 and sglang["top_k"] == 20 and sglang["temperature"] == 0.7
+    assert sglang["stop"] == ["\n\n", "."]
 
 
 class _Stub:
@@ -119,39 +139,27 @@ class _Stub:
         return list(range(len(text.split())))
 
 
-def _sglang_answer(content: str | None, reasoning: str | None, reasoning_tokens: int = 0) -> dict[str, Any]:
-    protocol = _sglang()
-    usage = protocol.UsageInfo(prompt_tokens=50, completion_tokens=30, total_tokens=80)
-    if reasoning_tokens:
-        usage.completion_tokens_details = protocol.CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
-    message = protocol.ChatMessage(role="assistant", content=content, reasoning_content=reasoning)
-    choice = protocol.ChatCompletionResponseChoice(index=0, message=message, finish_reason="stop")
-    body = protocol.ChatCompletionResponse(id="x", model="m", choices=[choice], usage=usage)
-    return json.loads(body.model_dump_json())
-
-
 def _graded(item: Item, answer: dict[str, Any], **options: Any) -> Any:
     suite = default_registry().get("gsm8k_chat")
     return asyncio.run(suite.run(item, _Stub(answer), SuiteOptions(**options)))  # type: ignore[arg-type]
 
 
-def test_reasoning_content_is_never_graded(data_dir: Path) -> None:
+def test_reasoning_content_is_never_graded(data_dir: Path, sglang: dict[str, Any]) -> None:
+    """SGLang's own responses: the right answer only in reasoning_content scores 0, only in the
+    content 1; an answer all thinking (no content) is no answer."""
     item = _items("gsm8k_chat", data_dir, 1)[0]
     right = f"The final answer is {item.target}"
-    wrong = "The final answer is 123456789"
     metric = "exact_match,flexible_extract"
+    only_thought, only_answer, nothing = (_graded(item, body) for body in sglang["answers"])
 
-    only_thought = _graded(item, _sglang_answer(wrong, f"Working... {right}", reasoning_tokens=9))
     assert only_thought.metrics[metric] == 0.0 and only_thought.metrics["exact_match,strict_match"] == 0.0
-    assert only_thought.response == wrong and only_thought.extra["reasoning_content"].endswith(right)
+    assert only_thought.response == WRONG and only_thought.extra["reasoning_content"].endswith(right)
     assert only_thought.tokens["reasoning"] == 9  # the server's own count
 
-    only_answer = _graded(item, _sglang_answer(right, f"Maybe {wrong}"))
     assert only_answer.metrics[metric] == 1.0 and only_answer.metrics["exact_match,strict_match"] == 1.0
     assert only_answer.tokens["reasoning"] == 6  # no count from the server: its tokenizer's (6 words)
     assert "think_inline" not in only_answer.extra and only_answer.extra["no_answer"] is False
 
-    nothing = _graded(item, _sglang_answer(None, right))  # all thinking, no answer (cut at the cap)
     assert nothing.metrics[metric] == 0.0 and nothing.extra["empty"] and nothing.extra["no_answer"]
 
 
