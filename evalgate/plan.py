@@ -136,13 +136,14 @@ def _plan(
     require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
     engine.check_pair(allow=req.allow_diff)  # attach mode: the settings the servers report
     registry = default_registry()
-    extra = [name for name in req.suite_options if name not in req.suites]
+    names = chat_variants(req.suites) if req.chat else req.suites  # --chat: each suite's chat variant
+    extra = [name for name in req.suite_options if name not in names]
     if extra:
         raise ConfigError(
             f"suite options for {extra[0]}, which this run does not include",
-            fix="add it to --suites, or drop its --suite-opt",
+            fix="add it to --suites, or drop its --suite-opt"
+            + (" (--chat runs the chat variants)" if req.chat else ""),
         )
-    names = chat_variants(req.suites) if req.chat else req.suites  # --chat: each suite's chat variant
     suites = [registry.get(name, options=req.suite_options.get(name)) for name in names]
     if req.thinking != "auto" and not any(
         s.kind == "chat" and not isinstance(s, ToolCallSuite) for s in suites

@@ -381,3 +381,17 @@ def test_a_private_exam_grades_the_answer_and_keeps_its_reasoning_only_when_reve
     off = suite.load(SuiteOptions(seed=3, thinking=False), None)[0]
     assert off.payload[1]["chat_template_kwargs"] == {"enable_thinking": False}
     assert off.prompt_hash != items[off.item_id].prompt_hash
+
+
+def test_a_chat_suites_token_budget_is_its_own_option(tmp_path: Path, data_dir: Path, use: Any) -> None:
+    """A reasoning model needs more than the task's 1,024 new tokens: --suite-opt gsm8k_chat.max_tokens
+    sets the budget on both arms (with --chat too); --max-gen-tokens still caps it."""
+    engine = use(FakeEngine(lambda arm, prompt: "The final answer is 3"))
+    code, _ = _compare(
+        tmp_path, data_dir, "--suites", "gsm8k", "--chat", "--suite-opt", "gsm8k_chat.max_tokens=8192"
+    )
+    assert code == 0 and {p["max_tokens"] for _, p in engine.chats} == {8192}
+    assert {a for a, _ in engine.chats} == {"baseline", "candidate"}
+    capped = _items("gsm8k_chat", data_dir, 1, max_gen_tokens=300)[0].payload[3][0][1]
+    assert capped["max_gen_toks"] == 300
+    assert default_registry().get("gsm8k_chat", options={"max_tokens": 8192}).gen_budget() == 8192

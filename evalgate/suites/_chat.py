@@ -19,19 +19,25 @@ closes it was cut while thinking: its answer is empty. Either way the record say
 ...}``: SGLang (protocol.py ``ChatCompletionRequest.chat_template_kwargs``), vLLM and llama-server
 (``oaicompat_chat_params_parse`` merges it into the template's kwargs and reads ``enable_thinking``)
 pass it to the template. ``auto`` sends nothing: the template's default.
+
+The task's token budget (1,024 new tokens; ARC 100) is made for answers without a thinking phase: a
+reasoning model needs its own, ``--suite-opt gsm8k_chat.max_tokens=32768`` (``ChatSettings``), the
+same on both arms; ``--max-gen-tokens`` still caps it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.engines._scoring import check_chat, first_choice
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, stable_seed
 from evalgate.suites._lmeval import LmEvalSuite, no_answer, score
 
-__all__ = ["THINK_END", "ChatAnswer", "LmEvalChatSuite", "chat_payload", "read_chat"]
+__all__ = ["THINK_END", "ChatAnswer", "ChatSettings", "LmEvalChatSuite", "chat_payload", "read_chat"]
 
 THINK_END = "</think>"
 THINK_START = "<think>"
@@ -125,10 +131,27 @@ def _count(value: Any) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0
 
 
+class ChatSettings(BaseModel):
+    """A chat suite's own options: ``--suite-opt gsm8k_chat.max_tokens=32768`` or ``[suites.gsm8k_chat]``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="new tokens per answer, thinking included, in place of the task's (1,024; ARC 100): "
+        "a reasoning model needs many more; --max-gen-tokens still caps it",
+    )
+
+
 @dataclass
 class LmEvalChatSuite(LmEvalSuite):
     """An lm-eval task run as a chat (``kind`` "chat": ``load`` builds messages); the data, items
     and scoring are ``LmEvalSuite``'s."""
+
+    settings: ChatSettings = field(default_factory=ChatSettings)
+
+    def gen_budget(self) -> int | None:
+        return self.settings.max_tokens
 
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
         task, doc, instances, args = item.payload

@@ -121,7 +121,8 @@ class LmEvalSuite:
             item_id = self.item_key(member, doc, i)
             seed = stable_seed(options.seed, self.name, item_id)
             instances = build_instances(task, doc, i, seed=seed, chat=self.kind == "chat")
-            args = [_jsonable_args(inst.arguments, options, chat=self.kind == "chat") for inst in instances]
+            chat, budget = self.kind == "chat", self.gen_budget()
+            args = [_jsonable_args(inst.arguments, options, chat=chat, budget=budget) for inst in instances]
             extra = {"subject": member.label} if grouped else {}
             display = {
                 "prompt": _shown(args[0][0]),
@@ -130,6 +131,11 @@ class LmEvalSuite:
             payload = (task, doc, instances, args)
             items.append(Item(item_id, prompt_hash(args), task.doc_to_target(doc), payload, extra, display))
         return items
+
+    def gen_budget(self) -> int | None:
+        """New tokens per answer in place of the task's ``max_gen_toks`` (None: the task's own);
+        a chat suite's ``max_tokens`` option. ``--max-gen-tokens`` still caps it."""
+        return None
 
     # -- running --------------------------------------------------------------------------
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
@@ -341,7 +347,9 @@ def _choice_predictions(task: Any, doc: dict[str, Any], resps: list[tuple[float,
     return {"pred": pred, "pred_norm": pred_norm}
 
 
-def _jsonable_args(arguments: tuple[Any, ...], options: SuiteOptions, *, chat: bool = False) -> list[Any]:
+def _jsonable_args(
+    arguments: tuple[Any, ...], options: SuiteOptions, *, chat: bool = False, budget: int | None = None
+) -> list[Any]:
     """Request arguments as sent (generation caps applied), for hashing and records; a chat's
     thinking switch is part of what is sent."""
     out = []
@@ -353,6 +361,8 @@ def _jsonable_args(arguments: tuple[Any, ...], options: SuiteOptions, *, chat: b
         if isinstance(a, dict):
             a = dict(a)
             a.setdefault("max_gen_toks", 256)
+            if budget is not None:
+                a["max_gen_toks"] = budget
             if options.max_gen_tokens is not None:
                 a["max_gen_toks"] = min(int(a["max_gen_toks"]), options.max_gen_tokens)
             if options.temperature is not None:  # sampling settings are part of what is sent
