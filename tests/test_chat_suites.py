@@ -190,6 +190,17 @@ def test_read_chat_takes_vllms_reasoning_field_and_cuts_at_stops() -> None:
     assert answer.reasoning_tokens == 2 and answer.completion_tokens == 4
 
 
+def test_reasoning_sent_twice_is_kept_once() -> None:
+    """llama-server's --reasoning-format deepseek-legacy keeps the <think> block in the content and
+    fills reasoning_content too: the answer is what follows it, the reasoning stored once."""
+    message = {
+        "content": "<think>\nit is 4\n</think>\n\nThe final answer is 4",
+        "reasoning_content": "it is 4",
+    }
+    answer = read_chat({"choices": [{"message": message, "finish_reason": "stop"}]}, [])
+    assert answer.content == "The final answer is 4" and answer.reasoning == "it is 4" and answer.think_inline
+
+
 def test_a_prefill_the_server_echoes_is_not_part_of_the_answer() -> None:
     """llama-server returns the prefilled assistant text with its continuation; SGLang and vLLM
     the continuation alone: both grade the same answer."""

@@ -107,7 +107,8 @@ def read_chat(
         thought = head if sep else content  # <think> never closed: cut while thinking
         content = tail.lstrip() if sep else ""
         thought = thought.lstrip().removeprefix(THINK_START)
-        reasoning = "\n".join(t for t in (reasoning, thought) if t)
+        if not reasoning or thought.strip() != reasoning.strip():  # deepseek-legacy sends it twice
+            reasoning = "\n".join(t for t in (reasoning, thought) if t)
     finish = choice.get("finish_reason")
     for s in stop:
         if s and s in content:
