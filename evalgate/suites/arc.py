@@ -49,7 +49,9 @@ def arc_chat(name: str) -> LmEvalChatSuite:
     question without exactly four choices and sends no stop strings). The prefill leaves no room
     for a thinking phase: a reasoning model answers directly here. As in lm-eval, a question with a
     fifth choice shows four (its template lists A-D), so an item whose answer is E cannot be
-    answered right on either arm."""
+    answered right on either arm; and the config's prompt is a single-quoted YAML string, so its
+    line breaks reach the model as the two characters backslash and n, exactly as lm-eval sends
+    them (``test_messages_are_lm_evals_own``)."""
     base = name.removesuffix("_chat")
     subset = _SUBSET[base]
     overrides = (("task", name), ("dataset_name", subset))
