@@ -51,7 +51,7 @@ from evalgate.suites import (
 from evalgate.suites.long_context import LongContextSuite, plan_lengths
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
-__all__ = ["CompareRequest", "RunPlan", "plan_compare"]
+__all__ = ["CompareRequest", "RunPlan", "plan_compare", "resolve_suites"]
 
 
 @dataclass
@@ -107,6 +107,30 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
     return plan
 
 
+def resolve_suites(req: CompareRequest) -> list[Suite]:
+    """The run's suites, each with its own options (``--chat``: the chat variants), and the
+    refusals a run and its ``--dry-run`` share (exit 2): options for a suite not in the run,
+    ``--thinking`` with no chat suite to reach."""
+    registry = default_registry()
+    names = chat_variants(req.suites) if req.chat else req.suites  # --chat: each suite's chat variant
+    extra = [name for name in req.suite_options if name not in names]
+    if extra:
+        raise ConfigError(
+            f"suite options for {extra[0]}, which this run does not include",
+            fix="add it to --suites, or drop its --suite-opt"
+            + (" (--chat runs the chat variants)" if req.chat else ""),
+        )
+    suites = [registry.get(name, options=req.suite_options.get(name)) for name in names]
+    if req.thinking != "auto" and not any(
+        s.kind == "chat" and not isinstance(s, ToolCallSuite) for s in suites
+    ):
+        raise ConfigError(
+            f"--thinking {req.thinking} reaches only chat suites, and this run has none",
+            fix="add --chat (or a chat suite such as gsm8k_chat, or a private exam), or drop --thinking",
+        )
+    return suites
+
+
 def _plan(
     req: CompareRequest, cfg: EvalgateConfig, console: Console, run_id: str, run_dir: Path, lock: RunLock
 ) -> RunPlan:
@@ -135,23 +159,7 @@ def _plan(
     require_input_files(specs)  # a --chat-template-file that is not there: exit 2, not a failed start
     require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
     engine.check_pair(allow=req.allow_diff)  # attach mode: the settings the servers report
-    registry = default_registry()
-    names = chat_variants(req.suites) if req.chat else req.suites  # --chat: each suite's chat variant
-    extra = [name for name in req.suite_options if name not in names]
-    if extra:
-        raise ConfigError(
-            f"suite options for {extra[0]}, which this run does not include",
-            fix="add it to --suites, or drop its --suite-opt"
-            + (" (--chat runs the chat variants)" if req.chat else ""),
-        )
-    suites = [registry.get(name, options=req.suite_options.get(name)) for name in names]
-    if req.thinking != "auto" and not any(
-        s.kind == "chat" and not isinstance(s, ToolCallSuite) for s in suites
-    ):
-        raise ConfigError(
-            f"--thinking {req.thinking} reaches only chat suites, and this run has none",
-            fix="add --chat (or a chat suite such as gsm8k_chat, or a private exam), or drop --thinking",
-        )
+    suites = resolve_suites(req)
     if any(isinstance(s, ToolCallSuite) for s in suites):
         for arm, spec in specs.items():
             engine.require_tool_parser(arm, spec)  # else no calls on either arm: a silent PASS

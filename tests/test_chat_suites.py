@@ -406,3 +406,20 @@ def test_a_chat_suites_token_budget_is_its_own_option(tmp_path: Path, data_dir: 
     capped = _items("gsm8k_chat", data_dir, 1, max_gen_tokens=300)[0].payload[3][0][1]
     assert capped["max_gen_toks"] == 300
     assert default_registry().get("gsm8k_chat", options={"max_tokens": 8192}).gen_budget() == 8192
+
+
+def test_dry_run_plans_the_chat_variants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data_dir: Path
+) -> None:
+    """--dry-run resolves the suites as the run does: --chat's variants, and its refusals."""
+    from tests.test_sglang_dry_run import dry
+
+    code, out = dry(tmp_path, capsys, data_dir, "--chat", "--thinking", "off")
+    assert code == 0, out
+    assert "arc_easy_chat: 7 items" in out and "gsm8k_chat: 7 items" in out
+    from evalgate.plan import resolve_suites
+    from evalgate.request import CompareRequest
+
+    with pytest.raises(ConfigError, match="--thinking on reaches only chat suites"):
+        resolve_suites(CompareRequest(suites=("arc_easy", "gsm8k"), thinking="on"))
+    assert [s.name for s in resolve_suites(CompareRequest(suites=("gsm8k",), chat=True))] == ["gsm8k_chat"]

@@ -18,8 +18,9 @@ from rich.markup import escape
 from evalgate.config import EvalgateConfig
 from evalgate.engines import Engine, get_engine
 from evalgate.engines.attach import ExternalEngine
+from evalgate.plan import resolve_suites
 from evalgate.request import CompareRequest
-from evalgate.suites import PRESETS, SuiteOptions, ToolCallSuite, default_registry
+from evalgate.suites import PRESETS, SuiteOptions, ToolCallSuite
 from evalgate.suites.long_context import LongContextSuite, plan_lengths
 from evalgate.variants import require_only_quantization
 
@@ -60,8 +61,7 @@ def dry_run(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> int:
     variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
     specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
     require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
-    registry = default_registry()
-    suites = [registry.get(name, options=req.suite_options.get(name)) for name in req.suites]
+    suites = resolve_suites(req)  # --chat's variants and the plan's refusals
     if any(isinstance(s, ToolCallSuite) for s in suites) and not isinstance(engine, ExternalEngine):
         for arm, spec in specs.items():
             engine.require_tool_parser(arm, spec)
@@ -77,6 +77,7 @@ def dry_run(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> int:
         engine=engine.name,
         reveal_private=req.reveal_private,
         context_lengths=lengths or (),
+        thinking=None if req.thinking == "auto" else req.thinking == "on",
     )
     out = console.print
     out(
