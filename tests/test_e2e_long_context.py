@@ -1,5 +1,5 @@
-"""long_context on the real llama-server with SmolLM2-135M (marked e2e; about 2 minutes here): the
-prompts are token-exact with the server's own tokenizer and byte-identical on both arms."""
+"""long_context on the real llama-server with SmolLM2-135M (marked e2e): the prompts are
+token-exact with the server's own tokenizer and byte-identical on both arms."""
 
 from __future__ import annotations
 
@@ -23,15 +23,11 @@ def _records(run: Path, arm: str) -> dict[str, dict[str, object]]:
 
 def test_long_context_prompts_are_token_exact_and_identical_on_both_arms(tmp_path: Path) -> None:
     run = tmp_path / "lc"
-    flags = ["--suites", "long_context", "--context-lengths", "1k,2k", "--limit", "2", "--out", str(run)]
+    flags = ["--suites", "long_context", "--context-lengths", "1k,2k", "--limit", "1", "--out", str(run)]
     code = main(["compare", "--baseline", "bf16", "--candidate", "fp8kv", *flags])
     assert code in (0, 1)  # a verdict: PASS or BLOCK, never a failed run
     base, cand = _records(run, "baseline"), _records(run, "candidate")
-    assert (
-        sorted(base)
-        == sorted(cand)
-        == sorted(f"{t}/{n}/0000" for t in ("niah_single", "niah_multikey") for n in (1024, 2048))
-    )
+    assert sorted(base) == sorted(cand) == ["niah_single/1024/0000", "niah_single/2048/0000"]
     for item_id, rec in base.items():
         other = cand[item_id]
         assert rec["error"] is None and other["error"] is None
