@@ -134,6 +134,8 @@ def test_prompt_fits_its_budget_within_a_word() -> None:
         text, n = _text(item)
         assert n == len(text) and budget - 12 <= n <= budget  # one token per character: about a word
         assert item.payload.answers[0] in text
+        assert text.endswith(f"{item.payload.question}\n{item.payload.answer_prefix}")
+        assert text.count(item.payload.answer_prefix) == 1
 
 
 def test_a_length_too_short_for_the_prompt_is_refused() -> None:
@@ -344,6 +346,7 @@ def test_chat_mode_wraps_the_prompt_in_the_servers_template() -> None:
     text, n = asyncio.run(build_prompt(item.payload, scorer, budget=budget, chat=True))
     assert text.startswith("<|user|>A special magic number is hidden")
     assert text.endswith(f"<|end|><|assistant|>{item.payload.answer_prefix}") and budget - 12 <= n <= budget
+    assert text.count(item.payload.answer_prefix) == 1  # the assistant's turn starts the answer, once
 
 
 def test_dry_run_settles_the_lengths_from_the_engines_context(

@@ -33,6 +33,7 @@ __all__ = [
     "GENERATOR_VERSION",
     "NOISE",
     "TASKS",
+    "Assembled",
     "Needle",
     "Spec",
     "assemble",
@@ -42,7 +43,7 @@ __all__ = [
     "string_match_all",
 ]
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 """Part of every prompt hash: a change to the wording or the draws makes new items."""
 TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "vt", "qa")
 NOISE = (
@@ -234,7 +235,8 @@ def digest(units: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Assembled:
-    """A prompt's body (instruction, haystack with needles, question) and where each needle went."""
+    """A prompt's body (instruction, haystack with needles, question; the answer prefix is the
+    caller's, after the chat template's assistant turn or a newline) and where each needle went."""
 
     text: str
     offsets: tuple[int, ...]
@@ -278,7 +280,7 @@ def assemble(spec: Spec, k: int) -> Assembled:
             offsets[n] = len(text)
         text += piece
     end = len(text)
-    text += f"\n\n{spec.question}\n{spec.answer_prefix}"
+    text += f"\n\n{spec.question}"  # the answer prefix follows, where the prompt's form puts it
     return Assembled(text, tuple(offsets), (len(head), end))
 
 
