@@ -163,6 +163,11 @@ def _plan(
     if any(isinstance(s, ToolCallSuite) for s in suites):
         for arm, spec in specs.items():
             engine.require_tool_parser(arm, spec)  # else no calls on either arm: a silent PASS
+    if req.context_lengths and not any(isinstance(s, LongContextSuite) for s in suites):
+        raise ConfigError(
+            "--context-lengths sets long_context's lengths, and this run does not include it",
+            fix="add long_context to --suites, or drop --context-lengths",
+        )
     if any(isinstance(s, LongContextSuite) for s in suites):  # lengths settled (and fit) before launch
         slots = {arm: engine.slot_context(spec) for arm, spec in specs.items()}
         req = req.model_copy(update={"context_lengths": plan_lengths(req.context_lengths, slots, req.preset)})

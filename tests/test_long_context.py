@@ -364,3 +364,10 @@ def test_dry_run_settles_the_lengths_from_the_engines_context(
     assert "lengths 1k,2k,4k;" in capsys.readouterr().out  # smoke: at most 4k
     assert main([*base, "--context-lengths", "16k"]) == 2
     assert "a slot holds 8192 tokens" in capsys.readouterr().err
+
+
+def test_context_lengths_without_the_suite_are_refused(tmp_path: Path, use: Any, capsys: Any) -> None:
+    use(FakeEngine())
+    flags = ["--suites", "gsm8k", "--context-lengths", "2k", "--out", str(tmp_path / "x")]
+    assert main(["compare", "--engine", "fake", *flags]) == 2
+    assert "does not include it" in capsys.readouterr().err
