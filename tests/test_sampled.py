@@ -323,6 +323,7 @@ def test_a_graded_mde_from_too_few_differing_items_is_not_estimable() -> None:
         row.mde == 1.0 and row.status == "underpowered" and "MDE not estimable: only 3 of 200" in row.reason
     )
     assert _row(row, "", None).mde == "not estimable"
+    assert "MDE not estimable" in v.reason and "100.0 pt" not in v.reason
     many = zeros.copy()
     many[:40, 0] = 1.0
     many[40:80, 0], zeros[40:80, 0] = 0.0, 1.0  # 80 items differ, half each way

@@ -8,6 +8,7 @@ from evalgate.agreement import AgreementRow
 from evalgate.gate._lengths import SuiteLengths, trend_block_reason, trend_pass_note
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
+from evalgate.gate._rows import NOT_ESTIMABLE
 
 __all__ = ["row_status", "verdict_from"]
 
@@ -48,6 +49,11 @@ def row_status(row: Row, policy: GatePolicy) -> tuple[str, str]:
         return _ni_status(row, policy, where)
     if row.significant:
         return "block", f"significant after Holm ({where}, adjusted {row.p_adjusted:.3g})"
+    if NOT_ESTIMABLE in row.reason:  # gate/_rows.py: too few items differ to size an unseen change
+        return (
+            "underpowered",
+            f"no difference detected ({where}), but at n = {row.n} the MDE is not estimable",
+        )
     if row.mde > policy.power_floor:
         return "underpowered", (
             f"no difference detected ({where}), but n = {row.n} can only detect {row.mde * 100:.1f} pt "
@@ -164,7 +170,14 @@ def verdict_from(
             f"; the arms disagree no more than each with itself, repeat to repeat, plus the margin (max excess "
             f"{max(s.excess for s in sampled) * 100:+.1f} pt, margin {sampled[0].margin * 100:.1f} pt)"
         )
-    weak = [r for r in family if r.status == "underpowered"]
+    unsized = [r for r in family if r.status == "underpowered" and NOT_ESTIMABLE in r.reason]
+    if unsized:
+        reason += (
+            f"; UNDERPOWERED: {', '.join(r.suite for r in unsized)}: too few items differ between the arms to "
+            "estimate the change this run could detect (MDE not estimable), so this PASS only means no "
+            f"difference was detected at n = {min(r.n for r in unsized)}"
+        )
+    weak = [r for r in family if r.status == "underpowered" and r not in unsized]
     if weak:
         level = min(r.mde_alpha or policy.alpha for r in weak)
         reason += (
