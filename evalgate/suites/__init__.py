@@ -25,6 +25,7 @@ from evalgate.suites.private import private
 from evalgate.suites.tool_calls import ToolCallSuite, tool_calls
 
 __all__ = [
+    "CHAT_NATIVE",
     "CHAT_VARIANTS",
     "PRESETS",
     "Item",
@@ -71,10 +72,15 @@ CHAT_VARIANTS: dict[str, str] = {
 """Suite -> its chat variant (``--chat``): the prompt through the server's chat template."""
 
 
+CHAT_NATIVE = ("tool_calls", "long_context", "private:")
+"""Suites whose prompts go through the server's chat template already (``long_context`` unless its
+``chat`` option is off): ``--chat`` leaves them as they are."""
+
+
 def chat_variants(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """``--chat``: each suite's chat variant (a chat variant stays itself); a suite without one is
-    a ConfigError naming those that have one."""
-    chat = set(CHAT_VARIANTS.values())
+    """``--chat``: each suite's chat variant (a chat variant or a suite that already speaks chat
+    stays itself); a suite without one is a ConfigError naming those that have one."""
+    chat = set(CHAT_VARIANTS.values()) | {n for n in names if n.startswith(CHAT_NATIVE)}
     missing = [n for n in names if n not in CHAT_VARIANTS and n not in chat]
     if missing:
         have = ", ".join(f"{k} -> {v}" for k, v in CHAT_VARIANTS.items())
