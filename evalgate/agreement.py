@@ -48,6 +48,7 @@ __all__ = [
     "agreement_row",
     "changed",
     "flip_count",
+    "no_answer",
     "noise_hint",
     "unanswered",
     "unanswered_test",
@@ -149,7 +150,12 @@ def unanswered(record: Record) -> bool | None:
         return True
     if "empty" not in extra and "no_answer" not in extra:
         return None
-    return bool(extra.get("empty")) or bool(extra.get("no_answer")) or extra.get("finish_reason") == "length"
+    return no_answer(record) or extra.get("finish_reason") == "length"
+
+
+def no_answer(record: Record) -> bool:
+    """An empty completion, or one the task's filter extracts no answer from (``no_answer``)."""
+    return bool(record.extra.get("empty")) or bool(record.extra.get("no_answer"))
 
 
 def unanswered_test(pairs: Sequence[Pair], *, errors_as_wrong: bool = False) -> UnansweredTest | None:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
+from evalgate.agreement import no_answer as answered_nothing
 from evalgate.records import Pair, Record
 from evalgate.repeats import repeat_summary
 
@@ -62,10 +63,6 @@ def _share(recs: Sequence[Record], hit: object) -> float:
     return sum(1 for r in recs if hit(r)) / len(recs) if recs else 0.0  # type: ignore[operator]
 
 
-def _no_answer(r: Record) -> bool:
-    return bool(r.extra.get("empty")) or bool(r.extra.get("no_answer"))
-
-
 def arm_answers(
     recs: Sequence[Record], *, pass1: float, passk: float | None, majority: float | None
 ) -> ArmAnswers:
@@ -73,7 +70,7 @@ def arm_answers(
     reasoning = [int(r.tokens["reasoning"]) for r in recs if "reasoning" in r.tokens]
     return ArmAnswers(
         pass1=pass1,
-        no_answer=_share(recs, _no_answer),
+        no_answer=_share(recs, answered_nothing),
         truncated=_share(recs, lambda r: r.extra.get("finish_reason") == "length"),
         passk=passk,
         majority=majority,
