@@ -148,3 +148,28 @@ def test_bad_suite_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["compare", "--config", str(cfg), "--suites", "tool_calls", *out]) == 2
     assert "suite option tool_calls.prefill" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_suites_list_never_touches_the_network(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --data-dir the Hub suites show no count instead of waiting on the Hub (offline, its
+    client retries each dataset for about half a minute); generated suites still count."""
+    import socket
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("suites list opened a connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    assert main(["suites", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "--data-dir counts" in out
+    assert "long_context" in out and "1500" in out
+
+
+def test_suites_list_counts_a_local_copy(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["suites", "list", "--data-dir", str(data_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "1319" in out  # GSM8K's test split
+    assert "--data-dir counts" not in out
