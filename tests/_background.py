@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-__all__ = ["background_apps"]
+__all__ = ["background_apps", "serving"]
 
 
 def background_apps(*, handler_cancellation: bool = False) -> Iterator[Callable[[web.Application], str]]:
@@ -38,3 +40,28 @@ def background_apps(*, handler_cancellation: bool = False) -> Iterator[Callable[
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+class _Double(Protocol):
+    url: str
+
+
+D = TypeVar("D", bound=_Double)
+
+
+@contextmanager
+def serving(make: Callable[..., D], app_of: Callable[[D], web.Application]) -> Iterator[Callable[..., D]]:
+    """``start(*args, **script) -> double``: a double built by ``make``, served as ``app_of(double)``
+    with its ``url`` set; all of them stop when the block ends (the body of a ``stub`` fixture)."""
+    apps = background_apps()
+    serve = next(apps)
+
+    def start(*args: Any, **script: Any) -> D:
+        double = make(*args, **script)
+        double.url = serve(app_of(double))
+        return double
+
+    try:
+        yield start
+    finally:
+        apps.close()

@@ -39,6 +39,8 @@ def _isolate(tmp_path: Path, _hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     for var in ("GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
         monkeypatch.delenv(var, raising=False)
+    for arm in ("BASELINE", "CANDIDATE"):  # a key in the developer's shell is not the test's
+        monkeypatch.delenv(f"EVALGATE_{arm}_API_KEY", raising=False)
 
 
 @pytest.fixture(autouse=True)

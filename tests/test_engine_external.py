@@ -33,7 +33,7 @@ from evalgate.engines.attach import (
 from evalgate.errors import ConfigError, PreflightError, ServerStartError
 from evalgate.variants import Variant, parse_variant, require_only_quantization
 
-from ._background import background_apps
+from ._background import serving
 from .conftest import needs_models
 
 LLAMA_PROPS = {
@@ -124,24 +124,8 @@ def _app(d: Double) -> web.Application:
 def serve() -> Iterator[Callable[..., Double]]:
     """``serve(kind, **script) -> Double`` on 127.0.0.1, in a background loop (the code under test
     runs its own asyncio.run and sync httpx)."""
-    apps = background_apps()
-    serve_app = next(apps)
-
-    def start(kind: str, **script: Any) -> Double:
-        double = Double(kind, **script)
-        double.url = serve_app(_app(double))
-        return double
-
-    try:
+    with serving(Double, _app) as start:
         yield start
-    finally:
-        apps.close()
-
-
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for arm in ("BASELINE", "CANDIDATE"):
-        monkeypatch.delenv(f"EVALGATE_{arm}_API_KEY", raising=False)
 
 
 def closed_port_url() -> str:

@@ -28,7 +28,7 @@ from evalgate.report.terminal import print_verdict
 from evalgate.suites._lmeval import load_fix
 from evalgate.variants import parse_variant
 
-from ._background import background_apps
+from ._background import serving
 from ._guards import Capture, compare, exam
 from ._runs import SynthSuite, build_run
 from .hostile_server import Hostile, hostile_app
@@ -41,18 +41,8 @@ BIDI_TEXT = "answer \u202etxt.exe\u202c \u2066iso\u2069 \u200e\u200f\u061c \u202
 # -- fixes that fit the mode ---------------------------------------------------------------------
 @pytest.fixture
 def stub() -> Iterator[Any]:
-    apps = background_apps()
-    serve = next(apps)
-
-    def start(mode: str = "good", **script: Any) -> Hostile:
-        h = Hostile(mode, **script)
-        h.url = serve(hostile_app(h))
-        return h
-
-    try:
+    with serving(Hostile, hostile_app) as start:
         yield start
-    finally:
-        apps.close()
 
 
 def test_an_attached_llama_server_is_not_told_to_upgrade_evalgates_engine(

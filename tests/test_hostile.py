@@ -30,7 +30,7 @@ from evalgate.gate import GatePolicy, decide
 from evalgate.records import Pair, Record, RecordStore
 from evalgate.runner import ITEM_TRIES
 
-from ._background import background_apps
+from ._background import serving
 from .hostile_server import SCRIPT, Hostile, hostile_app
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,24 +40,8 @@ Stub = Callable[..., Hostile]
 @pytest.fixture
 def stub() -> Iterator[Stub]:
     """``stub(mode, **script) -> Hostile``, served on 127.0.0.1 from a background loop."""
-    apps = background_apps()
-    serve = next(apps)
-
-    def start(mode: str = "good", **script: Any) -> Hostile:
-        h = Hostile(mode, **script)
-        h.url = serve(hostile_app(h))
-        return h
-
-    try:
+    with serving(Hostile, hostile_app) as start:
         yield start
-    finally:
-        apps.close()
-
-
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for arm in ("BASELINE", "CANDIDATE"):
-        monkeypatch.delenv(f"EVALGATE_{arm}_API_KEY", raising=False)
 
 
 def exam(folder: Path, answer: str, n: int = 12) -> str:

@@ -19,7 +19,7 @@ from evalgate.gate import GatePolicy, decide
 from evalgate.records import Pair, Record, RecordStore
 from evalgate.repeats import item_means, outcome_matrix, sampled_agreement_row
 
-from ._background import background_apps
+from ._background import serving
 from .hostile_server import Hostile, hostile_app
 
 
@@ -224,18 +224,8 @@ def test_no_answer_counts_as_unanswered_and_repeats_are_tested_per_item() -> Non
 
 @pytest.fixture
 def stub() -> Iterator[Callable[..., Hostile]]:
-    apps = background_apps()
-    serve = next(apps)
-
-    def start(mode: str = "good", **script: Any) -> Hostile:
-        h = Hostile(mode, **script)
-        h.url = serve(hostile_app(h))
-        return h
-
-    try:
+    with serving(Hostile, hostile_app) as start:
         yield start
-    finally:
-        apps.close()
 
 
 def _attach(base: Hostile, cand: Hostile, out: Path, *flags: str) -> int:

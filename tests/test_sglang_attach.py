@@ -18,7 +18,7 @@ import pytest
 from evalgate.engines.attach import ExternalEngine, check_attached_pair, fingerprint
 from evalgate.errors import ConfigError
 
-from ._background import background_apps
+from ._background import serving
 from .test_engine_external import SGLANG_INFO, Double, _app
 
 
@@ -43,24 +43,8 @@ def host_info(host: str, port: int, *, startup: float, **over: Any) -> dict[str,
 
 @pytest.fixture
 def serve() -> Iterator[Callable[..., Double]]:
-    apps = background_apps()
-    serve_app = next(apps)
-
-    def start(kind: str, **script: Any) -> Double:
-        double = Double(kind, **script)
-        double.url = serve_app(_app(double))
-        return double
-
-    try:
+    with serving(Double, _app) as start:
         yield start
-    finally:
-        apps.close()
-
-
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for arm in ("BASELINE", "CANDIDATE"):
-        monkeypatch.delenv(f"EVALGATE_{arm}_API_KEY", raising=False)
 
 
 def test_per_launch_keys_do_not_fail_the_pair_check(serve: Callable[..., Double]) -> None:
