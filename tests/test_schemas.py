@@ -25,6 +25,7 @@ from tests._runs import SynthSuite, build_run
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "reports" / "example"
+LONG_CONTEXT = sorted((REPO / "reports").glob("long-context-*"))  # README's CPU demonstration of #21
 SCHEMAS = REPO / "docs" / "schemas"
 
 
@@ -62,6 +63,19 @@ def test_the_example_runs_documents_validate() -> None:
     assert errors("verdict", json.loads((EXAMPLE / "verdict.json").read_text())) == []
     migrated = json.loads(json.dumps(load_manifest(EXAMPLE).to_dict(), default=str))
     assert errors("manifest", migrated) == []
+
+
+@pytest.mark.parametrize("run", LONG_CONTEXT, ids=lambda p: p.name)
+def test_the_committed_long_context_runs_validate_and_render_as_committed(run: Path, tmp_path: Path) -> None:
+    for path in sorted((run / "items").glob("*.jsonl")):
+        assert all(errors("record", json.loads(x)) == [] for x in path.read_text().splitlines()), path
+    assert errors("verdict", json.loads((run / "verdict.json").read_text())) == []
+    assert errors("manifest", json.loads((run / "manifest.json").read_text())) == []
+    copy = shutil.copytree(run, tmp_path / run.name)
+    verdict = json.loads((run / "verdict.json").read_text())["verdict"]
+    assert main(["report", str(copy)]) == {"PASS": 0, "BLOCK": 1}[verdict]
+    for name in (*OUTPUTS, "manifest.json"):
+        assert (copy / name).read_bytes() == (run / name).read_bytes(), name
 
 
 def test_a_new_run_folders_documents_validate(tmp_path: Path) -> None:
