@@ -50,10 +50,12 @@ D = TypeVar("D", bound=_Double)
 
 
 @contextmanager
-def serving(make: Callable[..., D], app_of: Callable[[D], web.Application]) -> Iterator[Callable[..., D]]:
+def serving(
+    make: Callable[..., D], app_of: Callable[[D], web.Application], *, handler_cancellation: bool = False
+) -> Iterator[Callable[..., D]]:
     """``start(*args, **script) -> double``: a double built by ``make``, served as ``app_of(double)``
     with its ``url`` set; all of them stop when the block ends (the body of a ``stub`` fixture)."""
-    apps = background_apps()
+    apps = background_apps(handler_cancellation=handler_cancellation)
     serve = next(apps)
 
     def start(*args: Any, **script: Any) -> D:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests._background import background_apps
+from tests._background import serving
 
 __all__ = ["Script", "Stub", "stub_servers"]
 
@@ -126,15 +126,9 @@ def stub_servers() -> Iterator[Callable[..., Stub]]:
     """Yield ``start(script) -> Stub``; every stub started is stopped when the generator closes.
 
     Stubs run in a background event loop, since the code under test runs its own asyncio.run."""
-    apps = background_apps(handler_cancellation=True)
-    serve = next(apps)
 
-    def start(script: Script | None = None) -> Stub:
-        stub = Stub(script or Script())
-        stub.url = serve(_app(stub))
-        return stub
+    def make(script: Script | None = None) -> Stub:
+        return Stub(script or Script())
 
-    try:
+    with serving(make, _app, handler_cancellation=True) as start:
         yield start
-    finally:
-        apps.close()

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from evalgate.suites import SuiteOptions, default_registry, options_help
+from evalgate.suites import Suite, SuiteOptions, default_registry, options_help
 
 __all__ = ["add_parser", "run"]
 
@@ -40,12 +40,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _size(suite: object, options: SuiteOptions, source: str) -> str:
+def _size(suite: Suite, options: SuiteOptions, source: str) -> str:
     """The item count, read from local data only: a listing never waits on the network (offline,
     the Hub's client retries each dataset for about half a minute)."""
     if source.startswith("hub:"):
         return "- (--data-dir counts)"
     try:
-        return str(suite.size(options))  # type: ignore[attr-defined]
+        return str(suite.size(options))
     except Exception as exc:  # a missing local dataset should not hide the other suites
         return f"unavailable ({type(exc).__name__})"

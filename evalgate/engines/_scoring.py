@@ -184,11 +184,16 @@ class TokenCache:
         if fut.cancelled() or fut.exception() is not None or self._futures.get(text) is not fut:
             return
         self._held += len(fut.result())
+        if not self._over():
+            return
         for key in list(self._futures):  # oldest first; requests in flight stay
-            if len(self._futures) <= self._max_entries and self._held <= self._max_tokens:
+            if not self._over():
                 break
             if key != text and self._futures[key].done():
                 self._drop(key, self._futures[key])
+
+    def _over(self) -> bool:
+        return len(self._futures) > self._max_entries or self._held > self._max_tokens
 
     def _drop(self, text: str, fut: asyncio.Future[list[int]]) -> None:
         if self._futures.get(text) is not fut:
