@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evalgate.client import RetryPolicy
 from evalgate.config import LlamaCppConfig
+from evalgate.engines.client import RetryPolicy
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.suites import SuiteOptions, default_registry
 from evalgate.variants import parse_variant

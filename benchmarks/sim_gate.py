@@ -30,10 +30,10 @@ from scipy import stats as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalgate import stats
-from evalgate.agreement import DEFAULT_AA_MARGIN, DEFAULT_FLIP_BUDGET
 from evalgate.gate import GatePolicy, decide
 from evalgate.gate._rows import RESAMPLES
-from evalgate.records import Pair, Record
+from evalgate.gate.agreement import DEFAULT_AA_MARGIN, DEFAULT_FLIP_BUDGET
+from evalgate.store.records import Pair, Record
 
 ALPHA = 0.05
 SIZES = (50, 300, 1172, 1319, 2376, 14042)

@@ -33,7 +33,7 @@ from scipy import stats as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalgate.gate import GatePolicy, decide
-from evalgate.records import Pair, Record
+from evalgate.store.records import Pair, Record
 
 ALPHA = 0.05
 LENGTHS = (1024, 2048, 4096, 8192)

@@ -37,11 +37,11 @@ from scipy import stats as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalgate import stats
-from evalgate.agreement import DEFAULT_AA_MARGIN
 from evalgate.gate import GatePolicy, decide
-from evalgate.records import Pair, Record
-from evalgate.repeats import RESAMPLES, item_means
+from evalgate.gate.agreement import DEFAULT_AA_MARGIN
+from evalgate.gate.repeats import RESAMPLES, item_means
 from evalgate.stats._resampling import _chunks
+from evalgate.store.records import Pair, Record
 
 ALPHA = 0.05
 FAMILY = 3  # a generation suite's tests: accuracy, agreement, unanswered

@@ -3,8 +3,8 @@
 =====================  ===========================================  ============================
 document               model                                        schema file
 =====================  ===========================================  ============================
-manifest.json          ``evalgate.manifest.Manifest`` (schema 2)    manifest.schema.json
-items/*.jsonl lines    ``evalgate.records.Record`` (schema 1)       record.schema.json
+manifest.json          ``evalgate.store.manifest.Manifest`` (schema 2)    manifest.schema.json
+items/*.jsonl lines    ``evalgate.store.records.Record`` (schema 1)       record.schema.json
 verdict.json           ``evalgate.gate.Verdict`` (schema 1)         verdict.schema.json
 throughput.json        ``evalgate.throughput.ThroughputDoc`` (1)    throughput.schema.json
 =====================  ===========================================  ============================
@@ -29,8 +29,8 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from evalgate.gate import Verdict
-from evalgate.manifest import Manifest
-from evalgate.records import Record
+from evalgate.store.manifest import Manifest
+from evalgate.store.records import Record
 from evalgate.throughput import ThroughputDoc
 
 __all__ = ["DOCUMENTS", "FOLDER", "json_schema", "main", "stale", "write"]

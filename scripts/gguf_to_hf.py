@@ -79,8 +79,8 @@ class GgufTokenizer:
 def default_source() -> Path:
     """The F16 GGUF ``evalgate setup`` derived (the ``bf16`` weights of the CPU engine)."""
     try:
+        from evalgate.engines.gguf import derived_gguf
         from evalgate.engines.llamacpp import find_binary
-        from evalgate.gguf import derived_gguf
     except ImportError as exc:
         raise ScriptError(
             f"evalgate is not importable ({exc}), so the default GGUF cannot be found",

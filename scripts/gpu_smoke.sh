@@ -57,7 +57,7 @@ echo "== evalgate setup (derives the GGUFs once; later runs reuse them)"
 "$PYTHON" -m evalgate setup
 
 gguf=$("$PYTHON" -c "from evalgate.engines.llamacpp import find_binary
-from evalgate.gguf import derived_gguf
+from evalgate.engines.gguf import derived_gguf
 print(derived_gguf('bf16', find_binary('llama-quantize')))")
 # beside the GGUF by default: its folder is keyed by the source hash, so a new source never reuses it
 HF_DIR=${HF_DIR:-${gguf%.gguf}-hf}

@@ -1,7 +1,7 @@
 """Make an lm-eval ``--log_samples`` run on the CPU engine, with lm-eval's own CLI.
 
 It launches llama-server for one variant through evalgate's launcher (the flags ``evalgate
-compare`` uses), points lm-eval's command line at it (``python -m evalgate.lmeval_lm run --model
+compare`` uses), points lm-eval's command line at it (``python -m evalgate.lmeval run --model
 evalgate``, the API key passed in the environment so lm-eval's results JSON never holds it), and
 leaves lm-eval's output folder. Local data: each task's YAML is lm-eval's own, included with its
 dataset pointed at ``--data-dir`` (the Hub is not needed). ``--items-from RUN`` takes exactly the
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalgate.config import LlamaCppConfig
 from evalgate.engines.llamacpp import LlamaCppEngine
-from evalgate.manifest import load_manifest
+from evalgate.store.manifest import load_manifest
 from evalgate.suites import SuiteOptions, default_registry
 from evalgate.suites._lmeval import LmEvalSuite, Member, lm_eval_task_dir, lmeval_tasks
 from evalgate.variants import parse_variant
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         with engine.launch(spec, name=args.variant, log_dir=Path(tmp) / "logs") as handle:
             cmd = [
-                sys.executable, "-m", "evalgate.lmeval_lm", "run", "--model", "evalgate",
+                sys.executable, "-m", "evalgate.lmeval", "run", "--model", "evalgate",
                 "--model_args", f"base_url={handle.base_url},concurrency={engine.slots}",
                 "--tasks", ",".join(tasks), "--include_path", tmp, "--log_samples",
                 "--output_path", str(args.out), *select,

@@ -47,7 +47,7 @@ def _isolate(tmp_path: Path, _hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -
 def _quiet_host(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unit tests see a quiet machine: the CPU engine's ``wait_policy = "auto"`` would otherwise
     sleep 1 s sampling /proc/stat and launch flags would depend on what else CI runs. The e2e
-    tests keep the real measurement (tests/test_host_load.py tests it on its own)."""
+    tests keep the real measurement (tests/engines/test_host_load.py tests it on its own)."""
     if request.node.get_closest_marker("e2e"):
         return
     from evalgate.engines.llamacpp import _host
@@ -84,7 +84,7 @@ def use(monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeEngine], FakeEngine]:
     """Make ``--engine fake`` build this engine (its script, its record of launches and requests)."""
 
     def install(engine: FakeEngine) -> FakeEngine:
-        monkeypatch.setattr("evalgate.plan.get_engine", lambda name, cfg: engine)
+        monkeypatch.setattr("evalgate.run.plan.get_engine", lambda name, cfg: engine)
         return engine
 
     return install

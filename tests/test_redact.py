@@ -12,10 +12,10 @@ import pytest
 from evalgate.config import read_text
 from evalgate.engines.attach import require_two_servers, server_identity
 from evalgate.errors import ConfigError
-from evalgate.lock import RunLock
-from evalgate.records import RecordStore, parse_record
 from evalgate.redact import PRIVATE, excerpt, payload_texts, redact, redact_url
 from evalgate.request import CompareRequest, check_request
+from evalgate.store.lock import RunLock
+from evalgate.store.records import RecordStore, parse_record
 from evalgate.suites.private import ExamItem, RegexTimeout, regex_match
 
 KEY = "sk-live-0123456789abcdef"

@@ -15,13 +15,13 @@ from jsonschema import Draft202012Validator
 from evalgate.cli import build_parser, main
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
-from evalgate.manifest import MANIFEST_SCHEMA, load_manifest
-from evalgate.records import SCHEMA, RecordStore
 from evalgate.report import OUTPUTS, render_run
 from evalgate.schemas import DOCUMENTS, stale, write
 from evalgate.schemas import main as schemas_main
+from evalgate.store.manifest import MANIFEST_SCHEMA, load_manifest
+from evalgate.store.records import SCHEMA, RecordStore
 from evalgate.throughput import BenchSettings, ThroughputDoc, throughput_doc
-from tests._runs import SynthSuite, build_run
+from tests.helpers.runs import SynthSuite, build_run
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "reports" / "example"

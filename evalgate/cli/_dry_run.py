@@ -18,8 +18,8 @@ from rich.markup import escape
 from evalgate.config import EvalgateConfig
 from evalgate.engines import Engine, get_engine
 from evalgate.engines.attach import ExternalEngine
-from evalgate.plan import resolve_suites
 from evalgate.request import CompareRequest
+from evalgate.run.plan import resolve_suites
 from evalgate.suites import PRESETS, SuiteOptions, ToolCallSuite
 from evalgate.suites.long_context import LongContextSuite, plan_lengths
 from evalgate.variants import require_only_quantization

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evalgate.errors import ConfigError
-from evalgate.manifest import command_line, git_state, utc_now
+from evalgate.store.manifest import command_line, git_state, utc_now
 from evalgate.throughput import (
     DEFAULT_LEVELS,
     BenchSettings,

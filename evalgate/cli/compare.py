@@ -21,14 +21,14 @@ from evalgate.cli._dry_run import dry_run
 from evalgate.cli._flags import add_model_flags, flag_name, typed_values
 from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
-from evalgate.kernel_check import kernel_check_for, kernel_failures
-from evalgate.manifest import load_manifest
-from evalgate.plan import RunPlan, plan_compare
+from evalgate.gate.kernel_check import kernel_check_for, kernel_failures
 from evalgate.redact import MASK, redact_url
 from evalgate.report import github, render_run
 from evalgate.report.terminal import print_verdict
 from evalgate.request import TIMING_FIELDS, CompareRequest, check_request
-from evalgate.runner import run_arms
+from evalgate.run.loop import run_arms
+from evalgate.run.plan import RunPlan, plan_compare
+from evalgate.store.manifest import load_manifest
 
 __all__ = ["add_parser", "request_from_args", "run"]
 
@@ -197,7 +197,7 @@ def _run(args: argparse.Namespace, plan: RunPlan, console: Console) -> int:
 
 def _imported(args: argparse.Namespace, req: CompareRequest, console: Console) -> int:
     """Gate two lm-eval ``--log_samples`` runs: import them as a run folder, then the usual verdict."""
-    from evalgate.samples import import_samples
+    from evalgate.lmeval.samples import import_samples
 
     typed = typed_values(args, CompareRequest)
     for arm in ("baseline", "candidate"):  # a variant name means nothing here: name the arm by its run

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evalgate.errors import ConfigError
-from evalgate.frames import load_run
+from evalgate.report.frames import load_run
 
 __all__ = ["add_parser", "run"]
 
@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "export",
         help="write a run's items, pairs and verdict rows as parquet or CSV (evalgate.load_run's tables)",
         description="Write items.<fmt> (one row per item per arm), pairs.<fmt> (one row per paired item) "
-        "and verdict.<fmt> (one row per gate row) from a run folder; see evalgate.frames for the columns.",
+        "and verdict.<fmt> (one row per gate row) from a run folder; see evalgate.report.frames for the columns.",
     )
     p.add_argument("run_dir", type=Path, help="a run folder (reports/<run-id>)")
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="(default: parquet)")

@@ -12,10 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from evalgate.engines.gguf import GGUF_TYPES, derived_gguf, file_sha256
 from evalgate.engines.llamacpp import binary_version, find_binary
 from evalgate.engines.sglang import TESTED_VERSION, install_parsers
 from evalgate.errors import InfraError
-from evalgate.gguf import GGUF_TYPES, derived_gguf, file_sha256
 
 __all__ = ["add_parser", "run"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evalgate.client import RetryPolicy
+from evalgate.engines.client import RetryPolicy
 from evalgate.errors import ConfigError, ServerDied, ServerStartError
 from evalgate.variants import LaunchSpec
 

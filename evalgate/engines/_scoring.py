@@ -17,9 +17,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
-from evalgate.client import HttpClient, RetryPolicy
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.api import LogLik, Scorer, Split
+from evalgate.engines.client import HttpClient, RetryPolicy
 from evalgate.errors import InvalidResponse, PreflightError
 
 __all__ = [

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from evalgate.client import RequestFailed
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.api import Engine, LogLik, Scorer
 from evalgate.engines.attach import ShardedScorer
+from evalgate.engines.client import RequestFailed
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["FakeCall", "FakeEngine", "FakeScorer"]

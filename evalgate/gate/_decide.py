@@ -22,20 +22,20 @@ from dataclasses import replace
 from typing import Any
 
 from evalgate import stats
-from evalgate.agreement import (
+from evalgate.gate._lengths import LengthTrend, lengths_for, sent_mismatch, trend_status
+from evalgate.gate._model import Row, Verdict
+from evalgate.gate._policy import GatePolicy
+from evalgate.gate._reasons import row_status, verdict_from
+from evalgate.gate._rows import check_suite, error_row, metric_row
+from evalgate.gate.agreement import (
     DEFAULT_FLIP_BUDGET,
     AgreementRow,
     UnansweredTest,
     agreement_reason,
     agreement_row,
 )
-from evalgate.gate._lengths import LengthTrend, lengths_for, sent_mismatch, trend_status
-from evalgate.gate._model import Row, Verdict
-from evalgate.gate._policy import GatePolicy
-from evalgate.gate._reasons import row_status, verdict_from
-from evalgate.gate._rows import check_suite, error_row, metric_row
-from evalgate.records import Pair
-from evalgate.repeats import sampled_agreement_row
+from evalgate.gate.repeats import sampled_agreement_row
+from evalgate.store.records import Pair
 
 __all__ = ["decide"]
 

@@ -40,7 +40,7 @@ from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
 from evalgate import stats
-from evalgate.records import Pair, Record
+from evalgate.store.records import Pair, Record
 
 __all__ = [
     "LengthRow",

@@ -9,9 +9,9 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
-from evalgate.agreement import AgreementRow
-from evalgate.answers import SuiteAnswers
 from evalgate.gate._lengths import SuiteLengths
+from evalgate.gate.agreement import AgreementRow
+from evalgate.gate.answers import SuiteAnswers
 
 __all__ = ["VERDICT_SCHEMA", "Row", "Verdict"]
 

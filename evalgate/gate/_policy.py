@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, get_args
 
-from evalgate.agreement import DEFAULT_AA_MARGIN, NOISE_HINT, noise_hint
 from evalgate.errors import ConfigError
+from evalgate.gate.agreement import DEFAULT_AA_MARGIN, NOISE_HINT, noise_hint
 from evalgate.request import Policy
 from evalgate.stats.sequential import SequentialRule, rule_for
 
 if TYPE_CHECKING:
-    from evalgate.manifest import Manifest
     from evalgate.request import CompareRequest
+    from evalgate.store.manifest import Manifest
 
 __all__ = ["POLICIES", "GatePolicy", "parse_margin", "sequential_rule"]
 
@@ -30,14 +30,14 @@ class GatePolicy:
     power_floor: float = 0.02
     """A passing row whose MDE (at the level its test must reach) exceeds this is UNDERPOWERED."""
     agreement_gate: bool = True
-    """Also test each suite's flip rate against a budget (see evalgate.agreement)."""
+    """Also test each suite's flip rate against a budget (see evalgate.gate.agreement)."""
     flip_budget: float | None = None
     """Tolerated flip rate; None: the A/A rate plus ``aa_margin`` with --aa, else the default."""
     aa_margin: float = DEFAULT_AA_MARGIN
     errors_as_wrong: bool = False
     """Failed items count as wrong, and as unanswered: every suite's agreement row tests them."""
     noise_hint: str = NOISE_HINT
-    """What a flip BLOCK says about the server's own noise (evalgate.agreement.noise_hint)."""
+    """What a flip BLOCK says about the server's own noise (evalgate.gate.agreement.noise_hint)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evalgate.agreement import AgreementRow
 from evalgate.gate._lengths import SuiteLengths, trend_block_reason, trend_pass_note
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 from evalgate.gate._rows import NOT_ESTIMABLE
+from evalgate.gate.agreement import AgreementRow
 
 __all__ = ["row_status", "verdict_from"]
 

@@ -18,7 +18,7 @@ import numpy as np
 from evalgate import stats
 from evalgate.gate._model import Row
 from evalgate.gate._policy import GatePolicy
-from evalgate.records import Pair
+from evalgate.store.records import Pair
 
 __all__ = [
     "METRIC_KINDS",

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalgate.gate import Verdict
+from evalgate.gate.verdict import RunData, verdict_for
 from evalgate.report._view import build_view
 from evalgate.report.html import render_html
 from evalgate.report.junit import render_junit
 from evalgate.report.markdown import render_markdown
-from evalgate.verdict import RunData, verdict_for
 
 __all__ = ["OUTPUTS", "render_run"]
 

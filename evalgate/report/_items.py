@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from evalgate import stats
-from evalgate.records import Pair, Record, safe_name
+from evalgate.gate.verdict import RunData
 from evalgate.report import _format as fmt
-from evalgate.verdict import RunData
+from evalgate.store.records import Pair, Record, safe_name
 
 __all__ = ["MAX_ITEMS_PER_GROUP", "ArmView", "ChoiceView", "ItemView", "SuiteItems", "discordant_items"]
 

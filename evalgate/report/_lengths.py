@@ -16,12 +16,12 @@ from typing import Any
 
 from markupsafe import Markup
 
-from evalgate.capacity import capacity_ratio
+from evalgate.engines.capacity import capacity_ratio
 from evalgate.gate import Verdict
 from evalgate.gate._lengths import LengthRow, LengthTrend, SuiteLengths
-from evalgate.manifest import Manifest
 from evalgate.report import _format as fmt
 from evalgate.report.lengths_svg import length_label, lengths_chart
+from evalgate.store.manifest import Manifest
 
 __all__ = ["HEADERS", "LengthPanel", "kv_capacity", "length_cells", "length_panels", "trend_text"]
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from evalgate.gate import Row, Verdict
 from evalgate.gate._rows import NOT_ESTIMABLE
-from evalgate.manifest import Manifest, VariantInfo
+from evalgate.gate.verdict import RunData
 from evalgate.report import _format as fmt
 from evalgate.report._items import SuiteItems, discordant_items
 from evalgate.report._lengths import LengthPanel, length_panels
-from evalgate.verdict import RunData
+from evalgate.store.manifest import Manifest, VariantInfo
 
 __all__ = ["OPTIONAL_SECTIONS", "ArgRow", "FactRow", "RowView", "RunView", "Section", "build_view"]
 

@@ -7,7 +7,7 @@ that order (``sequential_evalue``: did accuracy change?) and, with the agreement
 the flip count (``flip_evalue``: do more answers flip than the budget?). Each test gets alpha
 over the number of tests in the family (Bonferroni, so one suite's stop never depends on
 another). A suite stops with BLOCK once either e-value reaches that bound, and as futile once
-neither can (``sequential_futile``, ``flip_futile``). The compare loop (``evalgate.schedule``)
+neither can (``sequential_futile``, ``flip_futile``). The compare loop (``evalgate.run.schedule``)
 and a re-render from the files (``outcomes``) both call ``replay``, so a report or a resumed run
 reaches exactly the decisions the live run did.
 """
@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from evalgate.errors import ConfigError
-from evalgate.records import Pair
 from evalgate.stats._agreement import DEFAULT_FLIP_BUDGET
 from evalgate.stats._evalues import flip_evalue, flip_futile, sequential_evalue, sequential_futile
 from evalgate.stats._seeds import stable_seed
+from evalgate.store.records import Pair
 
 __all__ = [
     "DEFAULT_CHUNK",

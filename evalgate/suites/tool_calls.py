@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalgate.client import RequestFailed
+from evalgate.engines.client import RequestFailed
 from evalgate.errors import ConfigError, PreflightError
 from evalgate.suites import _bfcl
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices

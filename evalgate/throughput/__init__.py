@@ -8,7 +8,7 @@ document (``ThroughputDoc``) and ``evalgate.report.throughput_svg`` renders it. 
 confused with ``benchmarks/``, which measures evalgate itself.
 """
 
-from evalgate.throughput._doc import (
+from evalgate.store.throughput import (
     THROUGHPUT_SCHEMA,
     ThroughputDoc,
     finish_compare,

@@ -21,7 +21,7 @@ import aiohttp
 import numpy as np
 
 if TYPE_CHECKING:
-    from evalgate.throughput.sweep import BenchSettings
+    from evalgate.store.throughput import BenchSettings
 
 __all__ = ["Req", "level", "one_request", "payload", "synthetic_text"]
 

@@ -17,7 +17,7 @@ import asyncio
 import ipaddress
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,57 +25,11 @@ import aiohttp
 
 from evalgate.engines.sglang import run_levels, server_limits
 from evalgate.errors import ConfigError, InfraError
+from evalgate.store.throughput import DEFAULT_LEVELS, BenchSettings
 from evalgate.throughput._loadgen import Req, level, one_request, payload, synthetic_text
 
 __all__ = ["DEFAULT_LEVELS", "BenchSettings", "Target", "capped_levels", "check_target", "measure_handle",
            "run_sweep", "sweep"]  # fmt: skip
-
-DEFAULT_LEVELS = (1, 4, 8, 16, 32, 64)
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    """How hard and how long each arm is pushed (one field per ``evalgate bench`` flag)."""
-
-    levels: tuple[int, ...] = DEFAULT_LEVELS
-    """Concurrency levels; levels above the server's parallel slots are capped to it."""
-    input_len: int = 128
-    """Prompt tokens per request."""
-    output_len: int = 64
-    """Generated tokens per request (greedy, ignore_eos)."""
-    requests_per_level: int | None = None
-    """Requests per level; None means 4 per concurrent stream, at least 8."""
-    max_requests_per_level: int = 256
-    """Hard cap on requests per level."""
-    max_seconds_per_level: float = 30.0
-    """Hard cap on a level's wall time; requests still running then are cancelled."""
-    queue_timeout_s: float = 20.0
-    """A request with no first token after this long counts as queued beyond capacity."""
-    generator: str = "builtin"
-    """builtin (this module) or sglang (``python -m sglang.bench_serving``)."""
-    seed: int = 0
-
-    def validate(self) -> None:
-        if not self.levels or any(c < 1 for c in self.levels):
-            raise ConfigError(f"bad --levels {self.levels}", fix="give positive integers, e.g. 1,4,8")
-        for name in ("input_len", "output_len", "max_requests_per_level"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1", fix="e.g. 128")
-        if self.requests_per_level is not None and self.requests_per_level < 1:
-            raise ConfigError("--requests-per-level must be at least 1", fix="omit it for 4 per stream")
-        if self.max_seconds_per_level <= 0 or self.queue_timeout_s <= 0:
-            raise ConfigError("time limits must be positive", fix="e.g. --max-seconds-per-level 30")
-        if self.generator not in ("builtin", "sglang"):
-            raise ConfigError(f"unknown generator {self.generator!r}", fix="use builtin or sglang")
-
-    def requests_for(self, concurrency: int) -> int:
-        wanted = self.requests_per_level or max(8, 4 * concurrency)
-        return max(1, min(wanted, self.max_requests_per_level))
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["levels"] = list(self.levels)
-        return out
 
 
 @dataclass(frozen=True)

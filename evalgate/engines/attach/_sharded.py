@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalgate.engines.api import LogLik, Scorer
+from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import PreflightError
-from evalgate.preflight import PreflightReport, preflight
 
 __all__ = ["ShardedScorer", "preflight_all", "shard_index"]
 

@@ -110,7 +110,7 @@ class LlamaCppEngine(Engine):
         return binary_version(find_binary())
 
     def launch_spec(self, variant: Variant) -> LaunchSpec:
-        from evalgate.gguf import derived_gguf
+        from evalgate.engines.gguf import derived_gguf
 
         if variant.kv not in KV_TYPES:
             raise ConfigError(f"llama.cpp has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'")

@@ -33,9 +33,9 @@ import re
 from pathlib import Path
 
 from evalgate.config import SGLangConfig
+from evalgate.engines.gguf import DEFAULT_MODEL, cache_dir
 from evalgate.engines.sglang._engine import SGLangEngine
 from evalgate.errors import ConfigError
-from evalgate.gguf import DEFAULT_MODEL, cache_dir
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = [
@@ -63,7 +63,7 @@ CPU_ARGS: dict[str, str | None] = {
     "--max-total-tokens": "16384",
 }
 CPU_WEIGHTS = {"bf16": "F16", "int4": "Q4_0"}
-"""Weights precision -> the GGUF (``evalgate.gguf.GGUF_TYPES``) whose Hugging Face twin serves it."""
+"""Weights precision -> the GGUF (``evalgate.engines.gguf.GGUF_TYPES``) whose Hugging Face twin serves it."""
 SMOKE_GEN_CAP = 256
 """Generated tokens per item in a smoke run, as on the llama.cpp CPU engine."""
 SETUP_FIX = "run `evalgate setup --sglang-cpu` (it makes the venv and the checkpoints)"

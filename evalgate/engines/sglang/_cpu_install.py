@@ -201,8 +201,8 @@ def gguf_to_hf_script() -> Path:
 
 
 def _checkpoint(root: Path, python: Path, weights: str) -> str:
+    from evalgate.engines.gguf import derived_gguf, file_sha256
     from evalgate.engines.llamacpp import find_binary
-    from evalgate.gguf import derived_gguf, file_sha256
 
     gguf = derived_gguf(weights, find_binary("llama-quantize"))
     out = checkpoint_dir(root, weights)

@@ -15,7 +15,7 @@ __all__ = ["RULES", "TESTED_VERSION", "diagnose"]
 
 _SETTINGS = "evalgate.toml [sglang]"
 TESTED_VERSION = "0.5.23"
-"""The SGLang whose parser and API contract tests/test_sglang_parser.py checks against."""
+"""The SGLang whose parser and API contract tests/engines/test_sglang_parser.py checks against."""
 
 
 def _last_exception(log: str) -> str:

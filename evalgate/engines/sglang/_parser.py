@@ -10,15 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from evalgate.engines.gguf import cache_dir
 from evalgate.engines.sglang._diagnose import TESTED_VERSION
 from evalgate.errors import InfraError
-from evalgate.gguf import cache_dir
 
 __all__ = ["PARSER_PACKAGES", "install_parsers", "parser_dir"]
 
 # what ``sglang.srt.server_args`` needs on a CPU besides torch (measured: 258 MB in all), and
 # SGLang's OpenAI request models (``sglang/srt/entrypoints/openai/protocol.py`` imports
-# ``openai.types``; SGLang 0.5.23 pins openai==2.8.0), which tests/sglang_shim.py validates with
+# ``openai.types``; SGLang 0.5.23 pins openai==2.8.0), which tests/helpers/sglang_shim.py validates with
 PARSER_PACKAGES = (
     f"sglang=={TESTED_VERSION}",
     *"orjson psutil pybase64 pillow starlette msgspec pyzmq ipython traitlets".split(),

@@ -26,7 +26,6 @@ from typing import Any
 
 import aiohttp
 
-from evalgate.client import RequestFailed
 from evalgate.engines._scoring import (
     BatchScorer,
     check_chat,
@@ -36,6 +35,7 @@ from evalgate.engines._scoring import (
     parsing,
 )
 from evalgate.engines.api import LogLik, Split
+from evalgate.engines.client import RequestFailed
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
 

@@ -5,7 +5,7 @@ from it at startup on the CPU path (``SGLANG_USE_CPU_ENGINE=1 --device cpu --att
 torch_native``), each a placeholder that raises ``NotImplementedError`` naming itself if it is
 ever called. It is not sglang-kernel and computes nothing. PyPI has no CPU build of the real
 package; on this path SGLang runs the model on its own PyTorch code and calls none of these
-(tests/test_e2e_sglang_cpu.py serves real requests with it). It registers no
+(tests/e2e/test_e2e_sglang_cpu.py serves real requests with it). It registers no
 ``torch.ops.sgl_kernel`` operator, so SGLang's AMX probe (``hasattr(torch.ops.sgl_kernel,
 "convert_weight_packed")``, ``sglang/srt/utils/common.py``) finds none and takes no AMX path.
 It has no dist-info either: ``pip list`` shows no sglang-kernel.

@@ -14,7 +14,7 @@ from evalgate.engines._logs import Rule, diagnose_log
 __all__ = ["RULES", "TESTED_VERSION", "diagnose"]
 
 TESTED_VERSION = "0.33.0"
-"""The vLLM whose parser and API models tests/test_engine_vllm.py checks evalgate against."""
+"""The vLLM whose parser and API models tests/engines/test_engine_vllm.py checks evalgate against."""
 
 _SETTINGS = "evalgate.toml [vllm]"
 

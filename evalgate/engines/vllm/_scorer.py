@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from evalgate.client import RequestFailed, RetryPolicy
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines._scoring import (
     BatchScorer,
@@ -38,6 +37,7 @@ from evalgate.engines._scoring import (
     parsing,
 )
 from evalgate.engines.api import LogLik, Split
+from evalgate.engines.client import RequestFailed, RetryPolicy
 from evalgate.engines.vllm._diagnose import TESTED_VERSION
 from evalgate.errors import PreflightError
 

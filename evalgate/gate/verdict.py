@@ -1,0 +1,211 @@
+"""From a run folder's files alone (manifest + records) to a verdict: the same code path for
+``evalgate compare`` and ``evalgate report``, so a re-render always reproduces the verdict.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import EvalgateError
+from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
+from evalgate.gate.answers import answers_for
+from evalgate.gate.kernel_check import kernel_failures
+from evalgate.gate.repeats import item_means, repeat_summary
+from evalgate.stats.sequential import outcomes, summary_note
+from evalgate.store.manifest import Manifest, load_manifest
+from evalgate.store.records import Pair, RecordStore, errors_as_wrong, pair_records
+
+__all__ = ["REFERENCE_ERROR_LIMIT", "RunData", "load_run", "verdict_for"]
+
+REFERENCE_ERROR_LIMIT = 0.02
+"""``--errors-as-wrong``: the share of a suite's items that may fail on the baseline (or the A/A
+arm) and still count as wrong there. Beyond it the baseline is no reference (failing on both arms
+would pair as agreement): the suite is an ERROR row and the run exits 3. Without the flag any
+failed item makes the run incomplete (exit 3); a candidate's failures count as wrong, unlimited."""
+
+
+class RunData:
+    """A run's manifest and its paired records per suite."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir)
+        self.manifest: Manifest = load_manifest(self.dir)
+        self.arm_names: list[str] = list(self.manifest.arm_names)
+        store = RecordStore(self.dir, run_id=self.manifest.run_id)
+        self.records = {
+            suite: {arm: store.load(suite, arm) for arm in self.arm_names} for suite in self.manifest.suites
+        }
+        self.errors_as_wrong = self.manifest.request.errors_as_wrong
+        if self.errors_as_wrong:  # an item that failed after retries scores 0 on that arm
+            for suite, arms in self.records.items():
+                metrics = self.manifest.suites[suite].metrics
+                for arm, recs in arms.items():
+                    arms[arm] = errors_as_wrong(recs, metrics)
+        self.pairs: dict[str, list[Pair]] = {}
+        self.missing: dict[str, int] = {}
+        self.aa_pairs: dict[str, list[Pair]] = {}
+        for suite, meta in self.manifest.suites.items():
+            arms = self.records[suite]
+            pairs = pair_records(arms["baseline"].values(), arms["candidate"].values(), suite=suite)
+            self.pairs[suite] = pairs
+            expected = meta.n * max(1, self.manifest.request.repeats)  # a record per item per repeat
+            self.missing[suite] = expected - len(pairs)
+            if "aa" in arms:
+                aa = pair_records(arms["baseline"].values(), arms["aa"].values(), suite=suite)
+                self.aa_pairs[suite] = aa
+                self.missing[suite] += expected - len(aa)
+        self.sequential: dict[str, Any] = {}
+        if self.manifest.sequential:  # a suite that stopped early needs only its used items (no --aa here)
+            self.sequential = outcomes(self, sequential_rule(self.manifest))
+            for suite, out in self.sequential.items():
+                used = set(self.manifest.suites[suite].item_ids[: out.used])
+                self.pairs[suite] = [p for p in self.pairs[suite] if p.item_id in used]
+                self.missing[suite] = 0 if out.decision != "running" else out.planned - len(self.pairs[suite])
+
+    def broken_references(self) -> dict[str, str]:
+        """``--errors-as-wrong``: suite -> why its baseline (or A/A arm) failed too many items."""
+        out = {}
+        for suite, arms in self.records.items():
+            n = self.manifest.suites[suite].n
+            for arm in ("baseline", "aa"):
+                failed = [r for r in arms.get(arm, {}).values() if "error" in r.extra]
+                if n and len(failed) > REFERENCE_ERROR_LIMIT * n:
+                    first = _one_line(str(failed[0].extra["error"]))
+                    out[suite] = (
+                        f"{suite}: the {arm} failed {len(failed)} of {n} items (more than "
+                        f"{REFERENCE_ERROR_LIMIT:.0%}), so it is no reference; first: {first}"
+                    )
+                    break
+        return out
+
+    def failed_suites(self) -> dict[str, str]:
+        """suite -> its item errors (any arm) with the first one's cause; none with --errors-as-wrong."""
+        out = {}
+        for suite, arms in self.records.items():
+            failed = [(arm, r) for arm, recs in arms.items() for r in recs.values() if r.error]
+            if failed:
+                arm, r = failed[0]
+                out[suite] = f"{len(failed)} item error(s), first on the {arm}: {_one_line(str(r.error))}"
+        return out
+
+    def error_summary(self) -> str:
+        """Item errors per arm with the first one's cause, on one line."""
+        count: Counter[str] = Counter()
+        first: dict[str, str] = {}
+        for suite, arms in self.records.items():
+            for arm, recs in arms.items():
+                for r in recs.values():
+                    if r.error:
+                        count[arm] += 1
+                        first.setdefault(arm, f"{suite}/{r.item_id}: {_one_line(r.error)}")
+        return "; ".join(f"{k} item error(s) on the {arm} (first {first[arm]})" for arm, k in count.items())
+
+    def errors(self) -> list[str]:
+        return [
+            f"{suite}/{arm}/{r.item_id}: {r.error}"
+            for suite, arms in self.records.items()
+            for arm, recs in arms.items()
+            for r in recs.values()
+            if r.error
+        ]
+
+
+def load_run(run_dir: Path) -> RunData:
+    return RunData(run_dir)
+
+
+def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
+    """The verdict; ERROR (not a partial PASS) when items are missing or failed."""
+    m = run.manifest
+    policy = policy or GatePolicy.from_request(m.request)
+    per_suite = {s: (meta.metrics, run.pairs[s]) for s, meta in m.suites.items()}
+    aa_pairs = run.aa_pairs if "aa" in run.arm_names else None
+    kinds = {s: meta.metric_kind for s, meta in m.suites.items()}
+    k = m.request.repeats
+    sampled = {s: pairs for s, (_, pairs) in per_suite.items()} if k > 1 else None
+    if k > 1:  # sampled: each item's mean over its repeats is one graded outcome per arm
+        per_suite = {s: (metrics, item_means(pairs, metrics)) for s, (metrics, pairs) in per_suite.items()}
+        if aa_pairs is not None:
+            aa_pairs = {s: item_means(p, m.suites[s].metrics) for s, p in aa_pairs.items()}
+        kinds = dict.fromkeys(kinds, "continuous")
+    verdict = decide(
+        per_suite,
+        policy=policy,
+        aa_pairs=aa_pairs,
+        sequential=run.sequential or None,
+        kinds=kinds,
+        sampled=sampled,
+    )
+    generation = [s for s, meta in m.suites.items() if meta.kind != "loglikelihood"]
+    first = {s: meta.metrics[0] for s, meta in m.suites.items()}
+    verdict.answers = answers_for(run.pairs, first, generation, k)
+    if k > 1:
+        for s, meta in m.suites.items():
+            if run.pairs[s]:
+                verdict.notes.append(
+                    repeat_summary(run.pairs[s], meta.metrics[0], k).note(s, meta.metrics[0])
+                )
+    if run.sequential:
+        verdict.notes.append(summary_note(run.sequential))
+    errors = run.errors()
+    incomplete = {s: k for s, k in run.missing.items() if k > 0}
+    if errors or incomplete:
+        what = run.error_summary()
+        if incomplete:
+            what += ("; " if what else "") + ", ".join(
+                f"{s} missing {k} pair(s)" for s, k in incomplete.items()
+            )
+        verdict.verdict = "ERROR"
+        verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
+    broken = run.broken_references() if run.errors_as_wrong else {}
+    broken |= {s: f"{s}: {why}" for s, why in run.failed_suites().items() if s not in broken}
+    for row in verdict.suites:
+        if row.primary and row.suite in broken:
+            row.status, row.reason = "error", broken[row.suite]
+    if broken and not (errors or incomplete):  # the reference's failures are the cause: said before decide's
+        verdict.verdict = "ERROR"
+        verdict.reason = "; ".join(broken.values())
+    failed = kernel_failures(m.kernel_check)
+    if failed:
+        verdict.verdict = "BLOCK"
+        verdict.reason = f"the candidate's kernels failed the numerics check: {', '.join(failed[:3])}"
+    elif isinstance(m.kernel_check, dict) and m.kernel_check.get("skipped"):
+        verdict.notes.append(f"kernel check skipped: {m.kernel_check['skipped']}")
+    if m.request.allow_diff:
+        verdict.notes.append("launch settings allowed to differ: " + ", ".join(m.request.allow_diff))
+    truncated = _truncated(run)
+    if truncated:
+        verdict.notes.append(
+            "prompts left-truncated to fit the server's context (lm-eval's rule): "
+            + ", ".join(f"{s} {k}" for s, k in truncated.items())
+        )
+    cap = m.request.max_gen_tokens
+    if cap and any(meta.kind != "loglikelihood" for meta in m.suites.values()):
+        verdict.notes.append(f"generation capped at {cap} tokens on both arms")
+    return verdict
+
+
+def _truncated(run: RunData) -> dict[str, int]:
+    """Records per suite whose prompt lost tokens to the context limit (either arm)."""
+    out = {}
+    for suite, arms in run.records.items():
+        k = sum(1 for recs in arms.values() for r in recs.values() if r.extra.get("truncated_tokens"))
+        if k:
+            out[suite] = k
+    return out
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def require_complete(run: RunData) -> None:
+    errors = run.errors()
+    if errors:
+        raise EvalgateError(
+            f"{len(errors)} item(s) failed after retries; first: {errors[0]}",
+            fix=f"rerun with --resume {run.dir} to retry only those items",
+        )

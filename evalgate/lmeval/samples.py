@@ -1,0 +1,232 @@
+"""Gate two lm-eval runs that already exist: ``evalgate compare --baseline-samples A
+--candidate-samples B``.
+
+Teams that quantize a model have usually run lm-eval with ``--log_samples`` on both
+configurations. Those logs hold what a paired test needs (per document: ``doc_id``,
+``doc_hash``, ``prompt_hash``, each metric's value, and the choice log-likelihoods), so no server
+is needed: the samples become an ordinary run folder (manifest, ``items/*.jsonl`` in evalgate's
+record schema), and the verdict and reports come from that folder by the same code as a live run
+(``evalgate report`` re-renders it). Items pair by document; a pair whose documents or prompts
+differ is refused, never compared.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from evalgate.errors import ConfigError
+from evalgate.lmeval._convert import ImportedSuite, check_same_prompts, suite_records
+from evalgate.lmeval._read import LmEvalOutput, read_lmeval
+from evalgate.redact import MASK, env_secrets, redact
+from evalgate.request import CompareRequest
+from evalgate.store.lock import RunLock
+from evalgate.store.manifest import (
+    ArmInfo,
+    LaunchInfo,
+    Manifest,
+    SuiteInfo,
+    VariantInfo,
+    command_line,
+    git_state,
+    package_versions,
+    utc_now,
+    write_manifest,
+)
+from evalgate.store.records import Record, RecordStore
+
+__all__ = ["ENGINE", "import_samples", "safe_model_args"]
+
+ENGINE = "lm-eval samples"
+"""The manifest's ``engine`` for an imported run: nothing was launched."""
+
+
+_SECRET_ARG = re.compile(r"(?i)\b([\w.-]*(?:key|token|secret|password)[\w.-]*=)([^,]*)")
+
+
+def safe_model_args(args: str) -> str:
+    """lm-eval's ``model_args`` as a report may show it: values of key/token/secret/password
+    arguments, URL credentials and the attach-mode keys masked."""
+    return redact(_SECRET_ARG.sub(lambda m: m.group(1) + MASK, args), secrets=env_secrets())
+
+
+def _lmeval_info(out: LmEvalOutput) -> dict[str, Any]:
+    """What the report shows of one arm's lm-eval run; model_args can carry an API key."""
+    r = out.results or {}
+    cfg = r.get("config") or {}
+    args = cfg.get("model_args")
+    return {
+        "path": out.where,
+        "results_file": str(out.results_path) if out.results_path else None,
+        "model": cfg.get("model"),
+        "model_args": safe_model_args(
+            args if isinstance(args, str) else ",".join(f"{k}={v}" for k, v in args.items())
+        )
+        if args
+        else None,
+        "model_name": r.get("model_name"),
+        "lm_eval_version": r.get("lm_eval_version"),
+        "git_hash": r.get("git_hash"),
+        "date": r.get("date"),
+        "n_shot": r.get("n-shot"),
+        "tasks": sorted(out.samples),
+        "notes": out.notes,
+    }
+
+
+def _pair_suites(
+    base: dict[str, ImportedSuite], cand: dict[str, ImportedSuite], wanted: tuple[str, ...] | None
+) -> list[str]:
+    names = [s for s in base if s in cand]
+    only = sorted(set(base) ^ set(cand))
+    if wanted is not None:
+        missing = [s for s in wanted if s not in names]
+        if missing:
+            raise ConfigError(
+                f"--suites {','.join(missing)}: not in both lm-eval runs (both have: {', '.join(names) or 'nothing'})",
+                fix="name suites both runs logged, or drop --suites to gate every shared one",
+            )
+        return list(wanted)
+    if only:
+        raise ConfigError(
+            f"the two lm-eval runs logged different tasks: {', '.join(only)} on one arm only",
+            fix="rerun the missing tasks, or pass --suites with the ones both runs have",
+        )
+    if not names:
+        raise ConfigError("the two lm-eval runs share no task", fix="give both arms' --log_samples output")
+    return names
+
+
+def _check_items(name: str, b: ImportedSuite, c: ImportedSuite) -> None:
+    if set(b.items) != set(c.items):
+        extra = sorted(set(b.items) ^ set(c.items))
+        raise ConfigError(
+            f"{name}: the runs scored different documents ({len(b.items)} on the baseline, "
+            f"{len(c.items)} on the candidate; e.g. {extra[0]} on one only)",
+            fix="run lm-eval with the same --limit (or --samples) on both arms",
+        )
+    check_same_prompts(((i, b.items[i], c.items[i]) for i in sorted(b.items)), name)
+
+
+def _metric_kind(b: ImportedSuite, c: ImportedSuite) -> Literal["binary", "continuous"]:
+    """binary when the primary metric is 0 or 1 on every item of both arms (McNemar), else
+    continuous (a graded metric: the paired sign-flip test). NaN is left for the gate to refuse."""
+    primary = b.metrics[0] if b.metrics else None
+    values = [it["metrics"].get(primary) for s in (b, c) for it in s.items.values()]
+    graded = any(v is not None and v == v and v not in (0.0, 1.0) for v in values)
+    return "continuous" if graded else "binary"
+
+
+def _records(run_id: str, arm: str, label: str, suite: ImportedSuite, order: list[str]) -> list[Record]:
+    out = []
+    for item_id in order:
+        it = suite.items[item_id]
+        metrics = {m: it["metrics"][m] for m in suite.metrics if m in it["metrics"]}
+        out.append(
+            Record(
+                run_id=run_id,
+                arm=arm,
+                variant=label,
+                suite=suite.name,
+                suite_version=suite.version,
+                item_id=item_id,
+                repeat=0,
+                prompt_hash=it["prompt_hash"],
+                target=it["target"],
+                response=it["response"],
+                extracted=it["extracted"] or None,
+                metrics=metrics,
+                extra={"lm_eval": {"task": it["task"], "doc_id": it["doc_id"], "doc_hash": it["doc_hash"]}},
+            )
+        )
+    return out
+
+
+def import_samples(req: CompareRequest, *, suites: tuple[str, ...] | None = None) -> Path:
+    """Write a run folder from two lm-eval sample logs and return it (render it next)."""
+    if not req.baseline_samples or not req.candidate_samples:
+        raise ConfigError(
+            "importing lm-eval runs needs both --baseline-samples and --candidate-samples",
+            fix="give each arm's lm-eval --output_path folder",
+        )
+    if req.baseline_url or req.candidate_url or req.engine or req.resume:
+        raise ConfigError(
+            "--baseline-samples/--candidate-samples gate runs that already happened; they take no "
+            "server, engine or --resume",
+            fix="drop --engine, the URLs and --resume (rerun the import instead: it is fast)",
+        )
+    base_out = read_lmeval(req.baseline_samples, label="baseline")
+    cand_out = read_lmeval(req.candidate_samples, label="candidate")
+    base, cand = suite_records(base_out, label="baseline"), suite_records(cand_out, label="candidate")
+    names = _pair_suites(base, cand, suites)
+    for name in names:
+        _check_items(name, base[name], cand[name])
+        if base[name].metrics != cand[name].metrics:
+            raise ConfigError(
+                f"{name}: the runs logged different metrics ({', '.join(base[name].metrics)} against "
+                f"{', '.join(cand[name].metrics)})",
+                fix="run the same lm-eval task config on both arms",
+            )
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_id = f"{stamp}-{req.baseline}-vs-{req.candidate}-samples-{secrets.token_hex(2)}"
+    run_dir = Path(req.out) if req.out else Path("reports") / run_id
+    if (run_dir / "manifest.json").exists() or any((run_dir / "items").glob("*.jsonl")):
+        raise ConfigError(f"{run_dir} already holds a run", fix="choose another --out")
+    lock = RunLock(run_dir).acquire()
+    try:
+        _write(run_dir, run_id, req, names, base, cand, base_out, cand_out)
+    finally:
+        lock.release()
+    return run_dir
+
+
+def _write(
+    run_dir: Path, run_id: str, req: CompareRequest, names: list[str],
+    base: dict[str, ImportedSuite], cand: dict[str, ImportedSuite],
+    base_out: LmEvalOutput, cand_out: LmEvalOutput,
+) -> None:  # fmt: skip
+    info = {"baseline": _lmeval_info(base_out), "candidate": _lmeval_info(cand_out)}
+    orders = {
+        n: sorted(base[n].items, key=lambda i: (base[n].items[i]["task"], base[n].items[i]["doc_id"]))
+        for n in names
+    }
+    manifest = Manifest(
+        run_id=run_id,
+        created_utc=utc_now(),
+        command=command_line(),
+        engine=ENGINE,
+        engine_version=str(info["baseline"]["lm_eval_version"] or "unknown"),
+        git=git_state(),
+        packages=package_versions(),
+        request=req.model_copy(update={"suites": tuple(names)}),
+        variants={arm: VariantInfo(name=getattr(req, arm)) for arm in ("baseline", "candidate")},
+        launch={
+            arm: LaunchInfo(model=str(info[arm]["model_name"] or info[arm]["model"] or "unknown"))
+            for arm in ("baseline", "candidate")
+        },
+        suites={
+            n: SuiteInfo(
+                version=base[n].version,
+                metrics=base[n].metrics,
+                kind=base[n].kind,
+                metric_kind=_metric_kind(base[n], cand[n]),
+                source=f"lm-eval samples: {', '.join(base[n].tasks)}",
+                n=len(orders[n]),
+                item_ids=orders[n],
+            )
+            for n in names
+        },
+        arms={arm: ArmInfo(server={"lm_eval": info[arm]}) for arm in ("baseline", "candidate")},
+    )
+    manifest.imported = {"from": "lm-eval --log_samples", **info}
+    write_manifest(run_dir, manifest)
+    store = RecordStore(run_dir, run_id=run_id)
+    for n in names:
+        for arm, suites in (("baseline", base), ("candidate", cand)):
+            for record in _records(run_id, arm, getattr(req, arm), suites[n], orders[n]):
+                store.append(record)
+    manifest.finished_utc = utc_now()
+    write_manifest(run_dir, manifest)

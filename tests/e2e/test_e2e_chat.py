@@ -1,0 +1,78 @@
+"""Chat suites end to end on the real llama-server with SmolLM2-135M (marked e2e, ~2 min on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from evalgate.cli import main
+from evalgate.engines import ServerHandle
+from tests.conftest import needs_models
+from tests.e2e.test_e2e import records
+from tests.e2e.test_e2e_sglang_shim import SHIM
+from tests.e2e.test_e2e_sglang_shim import sglang_models as _sglang_models  # noqa: F401 (a fixture)
+from tests.e2e.test_e2e_sglang_shim import upstream as _upstream  # noqa: F401 (a fixture: one llama-server)
+
+pytestmark = [pytest.mark.e2e, needs_models]
+
+
+def test_chat_suites_run_an_aa_pair_through_the_chat_template(data_dir: Path, tmp_path: Path) -> None:
+    """gsm8k_chat and arc_easy_chat through /v1/chat/completions on both arms, --thinking off sent as
+    chat_template_kwargs (llama-server takes it; SmolLM2's template has no switch): a verdict, one
+    chat answer per item, ARC's prefill not part of the graded answer."""
+    run = tmp_path / "chat"
+    code = main(
+        ["compare", "--baseline", "bf16", "--candidate", "bf16", "--suites", "gsm8k,arc_easy", "--chat",
+         "--thinking", "off", "--limit", "5", "--data-dir", str(data_dir), "--out", str(run)]
+    )  # fmt: skip
+    assert code == 0
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["verdict"] == "PASS"
+    assert {r["suite"] for r in verdict["suites"]} >= {"gsm8k_chat", "arc_easy_chat"}
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["request"]["chat"] is True and manifest["request"]["thinking"] == "off"
+    for suite in ("gsm8k_chat", "arc_easy_chat"):
+        base, cand = records(run, suite, "baseline"), records(run, suite, "candidate")
+        assert len(base) == len(cand) == 5
+        for rec in base + cand:
+            assert rec["error"] is None and isinstance(rec["response"], str)
+            extra = rec["extra"]
+            assert extra["finish_reason"] in ("stop", "length") and "no_answer" in extra
+            assert rec["tokens"]["prompt"] > 20 and rec["tokens"]["completion"] >= 1
+    # llama-server answers "The best answer is D" to the prefill "The best answer is": graded " D"
+    arc = records(run, "arc_easy_chat", "baseline")
+    assert not any(str(r["response"]).startswith("The best answer is") for r in arc)
+
+
+@pytest.mark.usefixtures("_sglang_models")
+def test_chat_suites_on_the_sglang_engine_pass_sglangs_request_model(
+    request: pytest.FixtureRequest, tmp_path: Path, data_dir: Path
+) -> None:
+    """--engine sglang over tests/helpers/sglang_shim.py, which answers 400 to any request SGLang 0.5.23's
+    own ChatCompletionRequest refuses: the chat payloads (seed, stop, chat_template_kwargs, ARC's
+    prefill sent with continue_final_message) pass, and every item is a graded chat answer."""
+    up: ServerHandle = request.getfixturevalue("_upstream")  # test_e2e_sglang_shim's llama-server
+    checkpoint = tmp_path / "SmolLM2-135M-Instruct"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    shim = [sys.executable, str(SHIM), "--upstream", up.base_url, "--upstream-key", up.api_key]
+    config = tmp_path / "evalgate.toml"
+    config.write_text(
+        f"[sglang]\nmodel_path = {json.dumps(str(checkpoint))}\nlaunch_command = {json.dumps(shim)}\n"
+        "ready_timeout_s = 60\nconcurrency = 4\n"
+    )
+    run = tmp_path / "run"
+    code = main(["compare", "--engine", "sglang", "--config", str(config), "--baseline", "bf16",
+                 "--candidate", "fp8kv", "--suites", "arc_easy,gsm8k", "--chat", "--thinking", "on",
+                 "--limit", "3", "--max-gen-tokens", "48", "--data-dir", str(data_dir), "--out", str(run),
+                 "--skip-kernel-check"])  # fmt: skip
+    assert code == 0  # one llama-server behind both arms: an A/A
+    for suite in ("arc_easy_chat", "gsm8k_chat"):
+        for arm in ("baseline", "candidate"):
+            recs = records(run, suite, arm)
+            assert len(recs) == 3 and all(r["error"] is None and "no_answer" in r["extra"] for r in recs)
+    arc = records(run, "arc_easy_chat", "baseline")
+    assert not any(str(r["response"]).startswith("The best answer is") for r in arc)

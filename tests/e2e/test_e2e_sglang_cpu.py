@@ -1,0 +1,208 @@
+"""Real SGLang 0.5.23 on the CPU (marked sglang_cpu and e2e): the venv and the checkpoints that
+`evalgate setup --sglang-cpu` makes (CI runs it before the tests), ``[sglang] device = "cpu"``.
+
+No shim and no stub: every answer here is SGLang's, from its own PyTorch code, with evalgate's
+import-only sgl_kernel stand-in (evalgate/engines/sglang/_standin.py) in its venv. The compare
+tests print their wall time and flip counts (pytest -s shows them; the README quotes them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from evalgate.cli import main
+from evalgate.config import SGLangConfig
+from evalgate.engines import ServerHandle
+from evalgate.engines.sglang import TESTED_VERSION, sglang_capacity
+from evalgate.engines.sglang._cpu import SGLangCPUEngine, checkpoint_dir, default_root, venv_python
+from evalgate.variants import parse_variant
+from tests.conftest import needs_models
+
+
+def have_sglang_cpu() -> bool:
+    root = default_root()
+    return venv_python(root).exists() and all(
+        (checkpoint_dir(root, w) / "config.json").is_file() for w in ("bf16", "int4")
+    )
+
+
+needs_sglang_cpu = pytest.mark.skipif(
+    not have_sglang_cpu(),
+    reason="real SGLang on the CPU is not installed: run `evalgate setup --sglang-cpu` (.ci/run does)",
+)
+pytestmark = [pytest.mark.e2e, pytest.mark.sglang_cpu, needs_models, needs_sglang_cpu]
+
+CONFIG = '[sglang]\ndevice = "cpu"\nready_timeout_s = 300\n'
+# a checkpoint whose generation_config would change greedy chat answers if SGLang applied it
+GENERATION_CONFIG = {"repetition_penalty": 1.8, "temperature": 0.9, "top_k": 3, "top_p": 0.5, "min_p": 0.2}
+
+
+def compare(tmp_path: Path, data_dir: Path, name: str, *flags: str) -> tuple[int, Path, float]:
+    config = tmp_path / "evalgate.toml"
+    config.write_text(CONFIG)
+    run = tmp_path / name
+    start = time.monotonic()
+    code = main(["compare", "--engine", "sglang", "--config", str(config), *flags,
+                 "--data-dir", str(data_dir), "--out", str(run), "--skip-kernel-check"])  # fmt: skip
+    return code, run, time.monotonic() - start
+
+
+def summary(run: Path, seconds: float) -> str:
+    v = json.loads((run / "verdict.json").read_text())
+    rows = [f"{r['suite']} {r['flips']}/{r['n']} flips" for r in v["agreement"]]
+    return f"{run.name}: {v['verdict']} in {seconds:.0f} s; " + ", ".join(rows)
+
+
+def test_aa_bf16_passes_on_real_sglang(data_dir: Path, tmp_path: Path) -> None:
+    """The acceptance command of #18: bf16 against bf16 on real SGLang 0.5.23, arc_easy + gsm8k."""
+    code, run, seconds = compare(tmp_path, data_dir, "aa", "--baseline", "bf16", "--candidate", "bf16",
+                                 "--suites", "arc_easy,gsm8k", "--limit", "20")  # fmt: skip
+    print(summary(run, seconds))
+    assert code == 0
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["engine"] == "sglang" and m["engine_version"] == TESTED_VERSION
+    for arm in ("baseline", "candidate"):
+        args = {k: v for k, v in m["launch"][arm]["args"]}
+        assert args["--device"] == "cpu" and args["--attention-backend"] == "torch_native"
+        assert ["SGLANG_USE_CPU_ENGINE", "1"] in m["launch"][arm]["env"]
+        for suite in ("arc_easy", "gsm8k"):
+            lines = (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()
+            assert len(lines) == 20 and all(json.loads(line)["error"] is None for line in lines)
+    v = json.loads((run / "verdict.json").read_text())
+    assert v["verdict"] == "PASS"
+
+
+def test_int4_weights_candidate_runs_on_real_sglang(data_dir: Path, tmp_path: Path) -> None:
+    """bf16 against the Q4_0 weights (dequantized; SGLang has no weight-quantized CPU kernel
+    without AMX): every item scored on both arms, a verdict either way."""
+    code, run, seconds = compare(tmp_path, data_dir, "int4", "--baseline", "bf16", "--candidate", "int4",
+                                 "--suites", "arc_easy,gsm8k", "--limit", "20")  # fmt: skip
+    print(summary(run, seconds))
+    assert code in (0, 1)
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["launch"]["candidate"]["model"] == str(checkpoint_dir(default_root(), "int4"))
+    assert m["launch"]["baseline"]["model"] == str(checkpoint_dir(default_root(), "bf16"))
+    for arm in ("baseline", "candidate"):
+        for suite in ("arc_easy", "gsm8k"):
+            lines = (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()
+            assert len(lines) == 20 and all(json.loads(line)["error"] is None for line in lines)
+
+
+def test_fp8_kv_is_refused_before_launch(tmp_path: Path, data_dir: Path) -> None:
+    code, _, seconds = compare(tmp_path, data_dir, "fp8kv", "--baseline", "bf16", "--candidate", "fp8kv",
+                               "--suites", "arc_easy", "--limit", "2")  # fmt: skip
+    assert code == 2 and seconds < 30
+
+
+# -- the protocol against the real server ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def servers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SGLangCPUEngine, ServerHandle, ServerHandle]]:
+    """Two real servers with the same settings, on a copy of the bf16 checkpoint that carries a
+    generation_config.json evalgate must not let SGLang apply (fix 3)."""
+    model = tmp_path_factory.mktemp("model") / "SmolLM2-genconfig"
+    shutil.copytree(checkpoint_dir(default_root(), "bf16"), model)
+    (model / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
+    engine = SGLangCPUEngine(SGLangConfig(device="cpu", model_path=str(model), ready_timeout_s=300))
+    spec = engine.launch_spec(parse_variant("bf16"))
+    logs = tmp_path_factory.mktemp("logs")
+    with (
+        engine.launch(spec, name="one", log_dir=logs) as one,
+        engine.launch(spec, name="two", log_dir=logs) as two,
+    ):
+        yield engine, one, two
+
+
+def headers(handle: ServerHandle) -> dict[str, str]:
+    return {"Authorization": f"Bearer {handle.api_key}"}
+
+
+def test_capacity_from_the_real_log_and_server_info(
+    servers: tuple[SGLangCPUEngine, ServerHandle, ServerHandle],
+) -> None:
+    """Fix 8: 0.5.23's own pool line ('KV Cache is allocated. dtype: ..., #tokens: N') is read."""
+    engine, one, _ = servers
+    log = one.log_path.read_text(errors="replace")
+    # the CPU arms compute in float32 with the KV cache at "auto" (engines/sglang/_cpu.py)
+    assert "KV Cache is allocated. dtype: torch.float32, #tokens: 16384" in log
+    from_log = sglang_capacity(log)
+    assert from_log and from_log["kv_tokens"] == 16384 and from_log["kv_types"] == "float32"
+    cap = engine.capacity(one)
+    assert cap and cap["kv_tokens"] == from_log["kv_tokens"] and cap.get("kv_types") == "float32"
+
+
+def test_sampling_defaults_are_openai_not_the_checkpoints(
+    servers: tuple[SGLangCPUEngine, ServerHandle, ServerHandle],
+) -> None:
+    """Fix 3: with --sampling-defaults openai the checkpoint's generation_config is not applied."""
+    _, one, _ = servers
+    info = httpx.get(f"{one.base_url}/server_info", headers=headers(one), timeout=30).json()
+    assert info["sampling_defaults"] == "openai"
+    log = one.log_path.read_text(errors="replace")
+    assert "Using default chat sampling params from model generation config" not in log
+
+
+def test_flush_waits_for_a_running_generation(
+    servers: tuple[SGLangCPUEngine, ServerHandle, ServerHandle],
+) -> None:
+    """Fix 6: a flush sent while a generation runs is answered once the server is idle (0.5.23's
+    ``?timeout``), and an idle server flushes at once."""
+    engine, one, _ = servers
+
+    def long_generation() -> None:
+        body = {
+            "text": "Count from one to one hundred:",
+            "sampling_params": {"max_new_tokens": 96, "temperature": 0},
+        }
+        httpx.post(f"{one.base_url}/generate", json=body, headers=headers(one), timeout=300)
+
+    async def flush_twice() -> list[Any]:
+        scorer = engine.scorer(one)
+        try:
+            busy = threading.Thread(target=long_generation)
+            busy.start()
+            await asyncio.sleep(1.0)
+            first = await scorer.flush_cache()
+            busy.join()
+            return [first, await scorer.flush_cache()]
+        finally:
+            await scorer.aclose()
+
+    assert asyncio.run(flush_twice()) == ["flushed", "flushed"]
+
+
+def test_attach_to_two_real_servers_passes_the_settings_check(
+    servers: tuple[SGLangCPUEngine, ServerHandle, ServerHandle],
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fix 1: two servers launched alike differ in startup_time and launch_command (port, key),
+    which are per launch, not settings: attach mode compares them instead of refusing."""
+    _, one, two = servers
+    info = [httpx.get(f"{h.base_url}/server_info", headers=headers(h), timeout=30).json() for h in (one, two)]
+    assert all("startup_time" in i and "launch_command" in i for i in info)
+    assert info[0]["launch_command"] != info[1]["launch_command"]
+    monkeypatch.setenv("EVALGATE_BASELINE_API_KEY", one.api_key)
+    monkeypatch.setenv("EVALGATE_CANDIDATE_API_KEY", two.api_key)
+    run = tmp_path / "attached"
+    code = main(["compare", "--baseline-url", one.base_url, "--candidate-url", two.base_url,
+                 "--suites", "arc_easy", "--limit", "6", "--data-dir", str(data_dir), "--out", str(run),
+                 "--skip-kernel-check"])  # fmt: skip
+    assert code == 0
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["arms"]["baseline"]["server"]["protocol"] == "sglang"
+    assert one.api_key not in (run / "manifest.json").read_text()

@@ -1,0 +1,1 @@
+"""Test doubles, run builders and fixtures shared by the test packages."""
