@@ -9,6 +9,9 @@ verdict.json           ``evalgate.gate.Verdict`` (schema 1)         verdict.sche
 throughput.json        ``evalgate.throughput.ThroughputDoc`` (1)    throughput.schema.json
 =====================  ===========================================  ============================
 
+A record's ``extra`` and an arm's ``server`` are open sections typed in ``evalgate.store.facts``
+(``RecordExtra``, ``ServerFacts``): every key evalgate writes is documented, other keys are kept.
+
 The files live in docs/schemas/. After changing a model, regenerate them::
 
     python -m evalgate.schemas            # rewrite docs/schemas/*.schema.json

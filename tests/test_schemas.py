@@ -25,7 +25,7 @@ from tests.helpers.runs import SynthSuite, build_run
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "reports" / "example"
-LONG_CONTEXT = sorted((REPO / "reports").glob("long-context-*"))  # README's CPU demonstration of #21
+LONG_CONTEXT = sorted((REPO / "reports").glob("long-context-*"))  # the CPU demonstration of #21 (docs)
 SCHEMAS = REPO / "docs" / "schemas"
 
 

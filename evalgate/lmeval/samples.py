@@ -220,13 +220,13 @@ def _write(
             for n in names
         },
         arms={arm: ArmInfo(server={"lm_eval": info[arm]}) for arm in ("baseline", "candidate")},
+        imported={"from": "lm-eval --log_samples", **info},
     )
-    manifest.imported = {"from": "lm-eval --log_samples", **info}
     write_manifest(run_dir, manifest)
     store = RecordStore(run_dir, run_id=run_id)
     for n in names:
         for arm, suites in (("baseline", base), ("candidate", cand)):
             for record in _records(run_id, arm, getattr(req, arm), suites[n], orders[n]):
                 store.append(record)
-    manifest.finished_utc = utc_now()
+    manifest.run_finished()
     write_manifest(run_dir, manifest)

@@ -27,7 +27,6 @@ from evalgate.errors import EvalgateError, InfraError, InvalidResponse, Prefligh
 from evalgate.redact import env_secrets, redact
 from evalgate.run.plan import RunPlan
 from evalgate.run.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
-from evalgate.store.manifest import ArmInfo, utc_now
 from evalgate.store.records import Record, RecordStore
 from evalgate.suites import Item, ItemResult, Suite, SuiteOptions, SuitePreflight
 from evalgate.throughput import finish_compare, measure_handle
@@ -85,7 +84,7 @@ def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
     deadline = None if plan.deadline_s is None else time.monotonic() + plan.deadline_s
     for group in schedule.groups():
         for arm in group:
-            plan.manifest.arms.setdefault(arm, ArmInfo())
+            plan.manifest.arm_scheduled(arm)
         recs = {arm: {s.name: store.load(s.name, arm) for s in plan.suites} for arm in group}
         busy = schedule.live(group, recs)
         sweep = [arm for arm in group if _needs_sweep(plan, arm)]
@@ -98,13 +97,13 @@ def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
             handles = launch_arms(plan, stack, live)
             asyncio.run(_within(deadline, plan, _run_group(plan, schedule, handles, recs, store, console)))
             for arm in live:
-                plan.manifest.arms[arm].ended_utc = utc_now()
+                plan.manifest.arm_stopped(arm)
                 if arm in sweep:  # after the suites, on the same server: tok/s, TTFT, ITL, KV capacity
                     _sweep(plan, arm, handles[arm], console)
             plan.save()
     if plan.request.with_throughput:
         finish_compare(plan.run_dir, plan.manifest)  # -> manifest.throughput and throughput.json
-    plan.manifest.finished_utc = utc_now()
+    plan.manifest.run_finished()
     plan.save()
 
 
@@ -119,11 +118,12 @@ def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str])
         handle.retry = plan.retry  # the run's request timeout and tries, for the scorer's client
         if handle.api_key:
             plan.secrets.append(handle.api_key)
-        info = plan.manifest.arms.setdefault(arm, ArmInfo())
-        info.command = list(handle.command)
-        info.started_utc = utc_now()
-        info.server = handle.info
-        info.pid = handle.process.pid if handle.process else None
+        plan.manifest.arm_launched(
+            arm,
+            command=handle.command,
+            server=handle.info,
+            pid=handle.process.pid if handle.process else None,
+        )
     plan.save()
     return handles
 
@@ -143,15 +143,13 @@ def _needs_sweep(plan: RunPlan, arm: str) -> bool:
 
 
 def _sweep(plan: RunPlan, arm: str, handle: Any, console: Console) -> None:
-    info = plan.manifest.arms[arm]
     variant = plan.manifest.variants[arm].name
     try:
-        info.throughput = measure_handle(
-            handle, name=arm, variant=variant, capacity=plan.engine.capacity(handle)
-        )
+        sweep = measure_handle(handle, name=arm, variant=variant, capacity=plan.engine.capacity(handle))
     except EvalgateError as exc:  # the sweep is extra: it must not cost the verdict
         console.print(f"[yellow]throughput sweep of the {arm} failed:[/] {exc}")
-        info.throughput = {"error": exc.render()}
+        sweep = {"error": exc.render()}
+    plan.manifest.arm_swept(arm, sweep)
 
 
 async def _each(plan: RunPlan, arms: Sequence[str], job: Callable[[str], Awaitable[Any]]) -> None:
@@ -202,9 +200,9 @@ async def _run_group(
 
         async def check(arm: str) -> None:
             report = await preflight_all(scorers[arm], server=arm)  # every URL of an attached arm
-            info = plan.manifest.arms[arm]
-            info.tokenizer_fingerprint = report.tokenizer_fingerprint
-            info.preflight = report.checks  # validated into Check rows
+            plan.manifest.arm_preflighted(
+                arm, tokenizer_fingerprint=report.tokenizer_fingerprint, checks=report.checks
+            )
 
         await _each(plan, list(scorers), check)
         prints = {arm: info.tokenizer_fingerprint for arm, info in plan.manifest.arms.items()}
@@ -246,12 +244,11 @@ async def _run_blocks(
         if arm not in bars:  # the arm's first items of this suite
             flushed = await scorers[arm].flush_cache()  # no suite starts with another's prefix cache
             if flushed is not None:  # "flushed", or why not: recorded with the arm's server facts
-                plan.manifest.arms[arm].server.setdefault("cache_flush", {})[suite.name] = flushed
+                plan.manifest.suite_flushed(arm, suite.name, flushed)
             if isinstance(suite, SuitePreflight):  # e.g. tool_calls: one call comes back parsed
                 check = await suite.preflight(scorers[arm], plan.options, server=arm)
                 if check is not None:
-                    info = plan.manifest.arms[arm]
-                    info.preflight = [*info.preflight, {**check, "check": f"{suite.name}: {check['check']}"}]
+                    plan.manifest.suite_preflighted(arm, suite.name, check)
             left = len(missing(done, suite.name, items))
             live[arm] = LiveAccuracy(suite.metrics[0], done.values())  # resumed items count too
             bars[arm] = progress.add_task(
@@ -278,7 +275,7 @@ async def _run_blocks(
         await _each(plan, arms, functools.partial(run, block=block))
     show()
     for arm, seconds in spent.items():
-        plan.manifest.arms[arm].durations_s[suite.name] = round(seconds, 2)
+        plan.manifest.suite_timed(arm, suite.name, seconds)
 
 
 async def run_suite(

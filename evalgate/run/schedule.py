@@ -118,8 +118,8 @@ class SequentialSchedule:
         order = [it.item_id for it in self.plan.items[suite.name]]
         state = replay(order, pairs, metric=suite.metrics[0], rule=self.rule)
         self.notes[suite.name] = f"E = {state.evalue:.3g} ({state.decision})"
-        if state.decision != "running" and self.plan.manifest.sequential is not None:
-            self.plan.manifest.sequential.suites[suite.name] = state.to_dict()
+        if state.decision != "running":
+            self.plan.manifest.sequential_decided(suite.name, state.to_dict())
         return state
 
     def _require_scored(self, suite: Suite, block: Sequence[Item], recs: Records) -> None:

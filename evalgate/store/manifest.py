@@ -8,6 +8,11 @@ through ``Manifest``'s migration, so an old run folder still renders and resumes
 Secrets never enter it: launch commands are stored with the API key masked, the environment is
 not recorded beyond the variables a variant sets explicitly, and the file as written has attach
 mode's API keys and any ``user:pass@`` of a URL masked (``evalgate.redact``).
+
+A run changes its manifest only through ``Manifest``'s verbs (``arm_launched``, ``suite_timed``,
+``run_finished``, ...), never by setting its attributes from outside evalgate.store
+(tests/store/test_manifest.py scans for that): each change the run folder can record is named
+once, here, with what it sets, so a reader of the folder knows every writer.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -34,11 +40,13 @@ from evalgate.config import read_text
 from evalgate.errors import ConfigError
 from evalgate.redact import env_secrets, redact
 from evalgate.request import CompareRequest
+from evalgate.store.facts import ServerFacts
 
 __all__ = [
     "MANIFEST_SCHEMA",
     "ArmInfo",
     "Manifest",
+    "ServerFacts",
     "SuiteInfo",
     "git_state",
     "load_manifest",
@@ -148,7 +156,9 @@ class ArmInfo(BaseModel):
     command: list[str] = Field(default_factory=list)
     started_utc: str | None = None
     ended_utc: str | None = None
-    server: dict[str, Any] = Field(default_factory=dict, description="Facts read from the server.")
+    server: ServerFacts = Field(
+        default_factory=ServerFacts, description="Facts read from the server (ServerFacts)."
+    )
     pid: int | None = None
     tokenizer_fingerprint: str | None = None
     preflight: list[Check] = Field(default_factory=list)
@@ -246,6 +256,89 @@ class Manifest(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
+
+    # -- verbs: every change a run makes to its manifest ------------------------------------------
+    def host_settled(self, host: dict[str, Any] | None) -> None:
+        """The launch settings chosen from this machine (``Engine.settle_host``)."""
+        self.host = host
+
+    def sequential_started(self, chunk: int) -> None:
+        """``--sequential``: items per look; each suite's outcome is added as it is decided."""
+        self.sequential = SequentialInfo(chunk=chunk)
+
+    def resumed_from(self, old: Manifest) -> None:
+        """``--resume``: the original run's request, arms, times, host and any sequential outcomes,
+        throughput sweeps and kernel check are kept; this resume's time is added."""
+        self.arms = old.arms
+        self.request = old.request
+        self.created_utc = old.created_utc
+        self.resumed_utc = [*old.resumed_utc, utc_now()]
+        self.host = old.host
+        if old.sequential:
+            self.sequential = old.sequential
+        if old.throughput:  # compare --with-throughput: arms already swept are not swept again
+            self.throughput = old.throughput
+        if old.kernel_check:  # the check the run ran or skipped (--skip-kernel-check) is kept
+            self.kernel_check = old.kernel_check
+
+    def kernels_checked(self, check: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """The candidate's kernel numerics check, run (or skipped) before any launch."""
+        self.kernel_check = check
+
+    def arm_scheduled(self, arm: str) -> ArmInfo:
+        """The arm's entry, added empty the first time a run schedules it."""
+        return self.arms.setdefault(arm, ArmInfo())
+
+    def arm_launched(
+        self, arm: str, *, command: Sequence[str], server: Mapping[str, Any], pid: int | None
+    ) -> None:
+        """The arm's server is up: its command (API key masked), what it reported, its pid."""
+        info = self.arm_scheduled(arm)
+        info.command = list(command)
+        info.started_utc = utc_now()
+        info.server = ServerFacts.model_validate(dict(server))
+        info.pid = pid
+
+    def arm_preflighted(self, arm: str, *, tokenizer_fingerprint: str | None, checks: Sequence[Any]) -> None:
+        """The server-wide preflight: its checks (validated into ``Check`` rows) and tokenizer."""
+        info = self.arms[arm]
+        info.tokenizer_fingerprint = tokenizer_fingerprint
+        info.preflight = list(checks)
+
+    def suite_flushed(self, arm: str, suite: str, outcome: str) -> None:
+        """Before the arm's first item of ``suite``: 'flushed', or why the prefix cache was not."""
+        server = self.arms[arm].server
+        server.cache_flush = {**(server.cache_flush or {}), suite: outcome}
+
+    def suite_preflighted(self, arm: str, suite: str, check: Mapping[str, Any]) -> None:
+        """A suite's own check on the arm's server (``SuitePreflight``), named after the suite."""
+        info = self.arms[arm]
+        info.preflight = [*info.preflight, {**check, "check": f"{suite}: {check['check']}"}]
+
+    def suite_timed(self, arm: str, suite: str, seconds: float) -> None:
+        """Seconds the arm spent on ``suite`` in this session (rounded to 10 ms)."""
+        self.arms[arm].durations_s[suite] = round(seconds, 2)
+
+    def sequential_decided(self, suite: str, outcome: Mapping[str, Any]) -> None:
+        """A ``--sequential`` suite's rule stopped: its ``SequentialOutcome`` (no-op for a full run)."""
+        if self.sequential is not None:
+            self.sequential.suites[suite] = dict(outcome)
+
+    def arm_stopped(self, arm: str) -> None:
+        self.arms[arm].ended_utc = utc_now()
+
+    def arm_swept(self, arm: str, sweep: dict[str, Any]) -> None:
+        """``--with-throughput``: the arm's load sweep (or ``{'error': ...}``) until the run ends."""
+        self.arms[arm].throughput = sweep
+
+    def throughput_finished(self, doc: dict[str, Any]) -> None:
+        """The run's throughput document replaces the arms' own sweeps (``finish_compare``)."""
+        for info in self.arms.values():
+            info.throughput = None
+        self.throughput = doc
+
+    def run_finished(self) -> None:
+        self.finished_utc = utc_now()
 
 
 def write_manifest(run_dir: Path, manifest: Manifest) -> None:

@@ -4,10 +4,11 @@
 schema 1: one JSON object per line, one line per item per arm, written and flushed as each
 item finishes. Keys (in this order): schema, run_id, arm, variant, suite, suite_version,
 item_id, repeat, prompt_hash, target, response, extracted, metrics, tokens, latency_s, error,
-extra. A later line for the same (suite, item_id, repeat) supersedes an earlier one, which is
-how a resumed run retries an item that errored. A line cut short by a crash is dropped. A line of
-another run (its ``run_id``) is refused, never reused; a line without one (written before every
-record carried it) belongs to the run of the folder's manifest.
+extra (typed as ``RecordExtra``, evalgate.store.facts). A later line for the same (suite, item_id,
+repeat) supersedes an earlier one, which is how a resumed run retries an item that errored. A
+line cut short by a crash is dropped. A line of another run (its ``run_id``) is refused, never
+reused; a line without one (written before every record carried it) belongs to the run of the
+folder's manifest.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic import dataclasses as pyd
 
 from evalgate.errors import ConfigError
+from evalgate.store.facts import RecordExtra
 
 __all__ = [
     "SCHEMA",
@@ -67,11 +69,13 @@ class Record:
     latency_s: float = 0.0
     error: str | None = None
     """Why the item failed after retries; a later record for the item supersedes this one."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: RecordExtra = field(default_factory=RecordExtra)
+    """What the item was and facts about its answer (``RecordExtra``; a dict is validated into it)."""
     schema: Literal[1] = SCHEMA
 
     def to_json(self) -> str:
         data = asdict(self)
+        data["extra"] = self.extra.to_dict()
         ordered = {"schema": data.pop("schema"), **data}
         return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
 

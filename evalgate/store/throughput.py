@@ -11,22 +11,18 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.engines.capacity import capacity_ratio
 from evalgate.errors import ConfigError
 
-if TYPE_CHECKING:
-    from evalgate.store.manifest import Manifest
-
 __all__ = [
     "DEFAULT_LEVELS",
     "THROUGHPUT_SCHEMA",
     "BenchSettings",
     "ThroughputDoc",
-    "finish_compare",
     "throughput_doc",
     "write_throughput",
 ]
@@ -176,22 +172,3 @@ def write_throughput(folder: Path, doc: Mapping[str, Any]) -> Path:
     tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
-
-
-def finish_compare(
-    run_dir: Path, manifest: Manifest, settings: BenchSettings | None = None
-) -> dict[str, Any]:
-    """For ``compare --with-throughput``: move each arm's sweep into the manifest's ``throughput``
-    (the report renders it) and write throughput.json beside the manifest."""
-    before = (manifest.throughput or {}).get("arms") or {}  # a resumed run keeps earlier sweeps
-    arms: dict[str, Any] = {}
-    for arm in ("baseline", "candidate"):
-        info = manifest.arms.get(arm)
-        swept = info.throughput if info else None
-        if info:
-            info.throughput = None
-        arms[arm] = swept or before.get(arm)
-    doc = throughput_doc(arms, settings or BenchSettings())
-    write_throughput(Path(run_dir), doc)
-    manifest.throughput = doc
-    return doc
