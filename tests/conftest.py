@@ -6,12 +6,14 @@ read-only in spirit: tests never download, they skip the end-to-end tier if it i
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from evalgate.engines import registered_engine
 from evalgate.engines.fake import FakeEngine
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,11 +82,15 @@ needs_models = pytest.mark.skipif(
 
 
 @pytest.fixture
-def use(monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeEngine], FakeEngine]:
-    """Make ``--engine fake`` build this engine (its script, its record of launches and requests)."""
+def use() -> Iterator[Callable[[FakeEngine], FakeEngine]]:
+    """Make ``--engine fake`` build this engine (its script, its record of launches and requests),
+    registered by name for this test only: unregistered at teardown, and again before a second
+    ``use`` in the same test registers another."""
+    with contextlib.ExitStack() as scope:
 
-    def install(engine: FakeEngine) -> FakeEngine:
-        monkeypatch.setattr("evalgate.run.plan.get_engine", lambda name, cfg: engine)
-        return engine
+        def install(engine: FakeEngine) -> FakeEngine:
+            scope.close()
+            scope.enter_context(registered_engine("fake", lambda cfg: engine))
+            return engine
 
-    return install
+        yield install

@@ -1,10 +1,12 @@
 """``evalgate compare --dry-run``: what a comparison would launch and run, with nothing launched.
 
-The same steps as the plan up to the first server: the engine and its settings, each arm's
-launch spec (checked for fairness, KV scales validated, a tool-call parser required for
-tool_calls), and the items of every suite. Printed: each arm's exact command (API key masked,
-placeholder port), what the engine pins on it and why, and the planned items per suite. No run
-folder is written and attached servers are not contacted.
+The run's own ``settle`` decides it (``evalgate.run.settle``), so the dry run refuses what the
+run refuses, with the same message and exit 2, and shows what the run will do: each arm's exact
+command (API key masked, placeholder port) and what the engine pins on it and why, the settings
+every suite gets (sampling, repeats, generation cap, thinking, the order of a sequential run),
+and the planned items per suite. No run folder is written and attached servers are not
+contacted: the checks that ask them (their settings as a pair, their tool-call parser) run when
+the run starts.
 """
 
 from __future__ import annotations
@@ -16,37 +18,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from evalgate.config import EvalgateConfig
-from evalgate.engines import Engine, get_engine
-from evalgate.engines.attach import ExternalEngine
 from evalgate.request import CompareRequest
-from evalgate.run.plan import resolve_suites
-from evalgate.suites import PRESETS, SuiteOptions, ToolCallSuite
-from evalgate.suites.long_context import LongContextSuite, plan_lengths
-from evalgate.variants import require_only_quantization
+from evalgate.run.settle import Settled, load_items, settle
+from evalgate.stats.sequential import DEFAULT_CHUNK
 
 __all__ = ["dry_run"]
 
 PORT = 30000
 """Shown in the commands; a real run takes a free port per arm."""
 _SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
-
-
-def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Engine:
-    if req.deterministic:  # as the plan does: the flag lands in each arm's launch settings
-        on = {"deterministic": True}
-        cfg = cfg.model_copy(
-            update={
-                "llamacpp": cfg.llamacpp.model_copy(update=on),
-                "sglang": cfg.sglang.model_copy(update=on),
-                "vllm": cfg.vllm.model_copy(update=on),
-            }
-        )
-    if req.baseline_url or req.candidate_url:
-        urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
-        return ExternalEngine(
-            urls, protocol=req.protocol, deterministic=req.deterministic, allow_diff=req.allow_diff
-        )
-    return get_engine(req.engine or cfg.engine, cfg)
 
 
 def _masked_env(pair: tuple[str, str]) -> str:
@@ -56,46 +36,54 @@ def _masked_env(pair: tuple[str, str]) -> str:
 
 def dry_run(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> int:
     """Print the plan of ``req``; exit 0, or raise the ConfigError the real run would (exit 2)."""
-    engine = _engine(req, cfg)
-    engine.settle_host()  # what the launch settings depend on (llama.cpp: the measured load)
-    variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
-    specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
-    require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
-    suites = resolve_suites(req)  # --chat's variants and the plan's refusals
-    if any(isinstance(s, ToolCallSuite) for s in suites) and not isinstance(engine, ExternalEngine):
-        for arm, spec in specs.items():
-            engine.require_tool_parser(arm, spec)
-    lengths = None
-    if any(isinstance(s, LongContextSuite) for s in suites):  # as the plan settles them (exit 2 if too long)
-        slots = {arm: engine.slot_context(spec) for arm, spec in specs.items()}
-        lengths = plan_lengths(req.context_lengths, slots, req.preset)
-    cap = engine.default_gen_cap(req.preset)
-    options = SuiteOptions(
-        data_dir=req.data_dir,
-        seed=req.seed,
-        max_gen_tokens=req.max_gen_tokens if req.max_gen_tokens is not None else cap,
-        engine=engine.name,
-        reveal_private=req.reveal_private,
-        context_lengths=lengths or (),
-        thinking=None if req.thinking == "auto" else req.thinking == "on",
-    )
+    settled = settle(req, cfg, contact=False)
+    req, engine = settled.request, settled.engine
     out = console.print
     out(
         f"dry run: {req.baseline} vs {req.candidate} on {engine.name}; nothing is launched, no run folder written"
     )
-    arms = ["baseline", "candidate", *(["aa"] if req.aa else [])]
-    for arm in arms:
-        spec = specs["baseline" if arm == "aa" else arm]
-        variant = variants["baseline" if arm == "aa" else arm]
+    for arm, spec in settled.specs.items():
+        variant = settled.variants[arm]
         out(f"\n[bold]{arm}[/bold] ({escape(variant.name)}): weights {variant.weights}, KV {variant.kv}")
         command = engine.launch_command(spec, name=arm, port=PORT, api_key="***")
         env = [_masked_env(e) for e in spec.env]
         out("  " + escape(shlex.join([*env, *command])), soft_wrap=True)
         for note in engine.plan_notes(spec):
             out(f"  - {escape(note)}", soft_wrap=True)
-    n = req.limit if req.limit is not None else PRESETS[req.preset]
+    if settled.attached:
+        out(
+            "  - checked when the run starts: the servers' reported settings as a pair, and their tool-call parser"
+        )
+    out("\n[bold]settings[/bold] (the same on every arm)")
+    for line in _settings(settled):
+        out(f"  {escape(line)}", soft_wrap=True)
+    items = load_items(settled)
     out("\n[bold]items per suite[/bold] (the same items on every arm)")
-    for suite in suites:
-        items = suite.load(options, n)
-        out(f"  {suite.name}: {len(items)} items; {escape(suite.source(options))}", soft_wrap=True)
+    for suite in settled.suites:
+        n = len({it.item_id for it in items[suite.name]})
+        times = f" x {req.repeats} repeats" if req.repeats > 1 else ""
+        out(f"  {suite.name}: {n} items{times}; {escape(suite.source(settled.options))}", soft_wrap=True)
     return 0
+
+
+def _settings(settled: Settled) -> list[str]:
+    """What every suite is sent, as the run will send it."""
+    req, options = settled.request, settled.options
+    sampled = [f"temperature {options.temperature:g}"] if options.temperature is not None else []
+    sampled += [f"{k} {v:g}" for k, v in options.sampling]
+    lines = [
+        f"sampling: {', '.join(sampled) if sampled else 'each task its own (greedy)'}; seed {options.seed}"
+    ]
+    if req.repeats > 1:
+        lines.append(f"repeats: {req.repeats} per item, each with one seed on both arms")
+    cap = options.max_gen_tokens
+    lines.append(f"generation cap: {'each task its own' if cap is None else f'{cap} tokens per answer'}")
+    if options.thinking is not None:
+        lines.append(f"thinking: {'on' if options.thinking else 'off'} (the chat template's enable_thinking)")
+    if options.context_lengths:
+        lines.append(f"context lengths: {', '.join(map(str, options.context_lengths))} tokens")
+    if req.sequential:
+        lines.append(
+            f"sequential: items in a recorded shuffled order, chunks of {req.chunk or DEFAULT_CHUNK}"
+        )
+    return lines

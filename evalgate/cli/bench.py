@@ -18,7 +18,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from evalgate.config import load_config
 from evalgate.errors import ConfigError
+from evalgate.request import CompareRequest
+from evalgate.run.settle import settle
 from evalgate.store.manifest import command_line, git_state, utc_now
 from evalgate.throughput import (
     DEFAULT_LEVELS,
@@ -173,23 +176,17 @@ def _launch_and_measure(
     save: Any,
     console: Console,
 ) -> None:
-    from evalgate.config import load_config
-    from evalgate.engines import get_engine
-    from evalgate.variants import require_only_quantization
-
-    cfg = load_config(args.config)
-    engine = get_engine(args.engine or cfg.engine, cfg)
-    host = engine.settle_host()  # e.g. the CPU engine's wait policy, from the load before launch
-    if host:
-        header["host"] = host
-    specs = {arm: engine.launch_spec(cfg.variant(name)) for arm, name in variants.items()}
-    require_only_quantization(
-        specs["baseline"],
-        specs["candidate"],
-        allow=tuple(args.allow_diff or ()),
-        what="speed",
-        recorded=False,
+    request = CompareRequest(  # the launch half of a comparison: no suites, nothing to score
+        baseline=variants["baseline"],
+        candidate=variants["candidate"],
+        engine=args.engine,
+        allow_diff=tuple(args.allow_diff or ()),
+        suites=(),
     )
+    settled = settle(request, load_config(args.config), measures="speed")  # as compare settles it
+    engine, specs = settled.engine, settled.specs
+    if settled.host:  # e.g. the CPU engine's wait policy, from the load before launch
+        header["host"] = settled.host
     header.update({"engine": engine.name, "engine_version": engine.version()})
     for arm, spec in specs.items():
         with engine.launch(spec, name=arm, log_dir=out / "logs") as handle:

@@ -22,6 +22,7 @@ from evalgate.cli._flags import add_model_flags, flag_name, typed_values
 from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
 from evalgate.gate.kernel_check import kernel_check_for, kernel_failures
+from evalgate.lmeval.samples import import_samples
 from evalgate.redact import MASK, redact_url
 from evalgate.report import github, render_run
 from evalgate.report.terminal import print_verdict
@@ -173,7 +174,7 @@ def _run(args: argparse.Namespace, plan: RunPlan, console: Console) -> int:
         plan.variants["candidate"], skip=req.skip_kernel_check
     )
     if check is not None:
-        plan.manifest.kernel_check = check
+        plan.manifest.kernels_checked(check)
         plan.save()
         if kernel_failures(check):
             _, verdict = render_run(plan.run_dir)  # BLOCK before spending any server time
@@ -197,8 +198,6 @@ def _run(args: argparse.Namespace, plan: RunPlan, console: Console) -> int:
 
 def _imported(args: argparse.Namespace, req: CompareRequest, console: Console) -> int:
     """Gate two lm-eval ``--log_samples`` runs: import them as a run folder, then the usual verdict."""
-    from evalgate.lmeval.samples import import_samples
-
     typed = typed_values(args, CompareRequest)
     for arm in ("baseline", "candidate"):  # a variant name means nothing here: name the arm by its run
         paths = getattr(req, f"{arm}_samples")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
@@ -33,8 +32,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         suite = reg.get(name)
         source = suite.source(options)
-        settings = getattr(suite, "settings", None)
-        opts = "\n".join(options_help(type(settings))) if isinstance(settings, BaseModel) else ""
+        opts = "\n".join(options_help(type(suite.settings))) if suite.settings is not None else ""
         table.add_row(name, ", ".join(suite.metrics), _size(suite, options, source), source, opts)
     Console(width=None if Console().is_terminal else 140).print(table)
     return 0

@@ -2,51 +2,135 @@
 
 The contract is ``api`` (``Engine``, ``Scorer``); each engine is one package holding its launch,
 scorer, diagnosis and capacity code: ``llamacpp``, ``sglang``, ``vllm``, and ``attach`` for
-servers that are already running. ``fake`` is the loop's scripted test double. An engine takes
-its section of evalgate.toml as it is (``LlamaCppConfig``, ``SGLangConfig``, ``VLLMConfig``).
+servers that are already running. ``fake`` is the loop's scripted test double, which a test
+registers by name (``register_engine``) for as long as it runs. An engine takes its section of
+evalgate.toml as it is (``LlamaCppConfig``, ``SGLangConfig``, ``VLLMConfig``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from evalgate.engines._launcher import ServerHandle, free_port, run_process
+from evalgate.engines._launcher import ServerHandle, free_port, require_input_files, run_process
+from evalgate.engines._scoring import check_chat, first_choice
 from evalgate.engines.api import Engine, Scorer
 from evalgate.errors import ConfigError
 
 if TYPE_CHECKING:
     from evalgate.config import EvalgateConfig
 
-__all__ = ["ENGINES", "Engine", "Scorer", "ServerHandle", "free_port", "get_engine", "run_process"]
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EngineFactory",
+    "EngineRegistry",
+    "Scorer",
+    "ServerHandle",
+    "check_chat",
+    "first_choice",
+    "free_port",
+    "get_engine",
+    "register_engine",
+    "registered_engine",
+    "require_input_files",
+    "run_process",
+    "unregister_engine",
+]
 
 ENGINES = ("llamacpp", "sglang", "vllm")
 """The engines ``--engine`` launches (attach mode is chosen by giving URLs instead)."""
 
+EngineFactory = Callable[["EvalgateConfig"], Engine]
+"""Builds an engine from the whole config (each takes its own section)."""
+
+
+def _llamacpp(cfg: EvalgateConfig) -> Engine:
+    from evalgate.engines.llamacpp import LlamaCppEngine
+
+    return LlamaCppEngine(cfg.llamacpp)
+
+
+def _sglang(cfg: EvalgateConfig) -> Engine:
+    from evalgate.engines.sglang import SGLangCPUEngine, SGLangEngine
+
+    if cfg.sglang.device == "cpu":  # real SGLang on the CPU: engines/sglang/_cpu.py
+        return SGLangCPUEngine(cfg.sglang)
+    return SGLangEngine(cfg.sglang)
+
+
+def _vllm(cfg: EvalgateConfig) -> Engine:
+    from evalgate.engines.vllm import VLLMEngine
+
+    return VLLMEngine(cfg.vllm)
+
+
+class EngineRegistry:
+    """Engine name -> factory: the built-ins, and any engine registered for a while (a test's
+    scripted fake). An object rather than a module dict or a monkeypatched ``get_engine``: the
+    CLI is entered by argv, so a run can reach an engine only by its name, and every change to
+    the names goes through ``register``/``unregister``, which refuse to shadow a built-in or a
+    name already taken. ``registered`` scopes one registration to a ``with`` block (the tests'
+    ``use`` fixture holds it for one test), so an engine never outlives its test, and one that
+    leaked would make the next registration of its name fail loudly, not answer silently."""
+
+    def __init__(self, builtins: dict[str, EngineFactory]) -> None:
+        self._builtins = dict(builtins)
+        self._extra: dict[str, EngineFactory] = {}
+
+    def names(self) -> list[str]:
+        return [*self._builtins, *self._extra]
+
+    def register(self, name: str, factory: EngineFactory) -> None:
+        if name in self._builtins or name in self._extra:
+            raise ValueError(f"engine {name!r} is already registered")
+        self._extra[name] = factory
+
+    def unregister(self, name: str) -> None:
+        if name not in self._extra:
+            raise ValueError(f"engine {name!r} was not registered (built-ins stay)")
+        del self._extra[name]
+
+    @contextlib.contextmanager
+    def registered(self, name: str, factory: EngineFactory) -> Iterator[None]:
+        """``name`` builds with ``factory`` inside the block, and is gone after it."""
+        self.register(name, factory)
+        try:
+            yield
+        finally:
+            self.unregister(name)
+
+    def get(self, name: str | None, cfg: EvalgateConfig) -> Engine:
+        """The engine ``name`` (default: llama.cpp, the CPU engine), configured from ``cfg``."""
+        name = name or "llamacpp"
+        factory = self._builtins.get(name) or self._extra.get(name)
+        if factory is not None:
+            return factory(cfg)
+        near = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ConfigError(f"unknown engine {name!r}", fix=f"{hint}known engines: {', '.join(self.names())}")
+
+
+REGISTRY = EngineRegistry({"llamacpp": _llamacpp, "sglang": _sglang, "vllm": _vllm})
+"""The one registry ``--engine`` names are looked up in."""
+
 
 def get_engine(name: str | None, cfg: EvalgateConfig) -> Engine:
     """The engine ``name`` (default: llama.cpp, the CPU engine), configured from ``cfg``."""
-    name = name or "llamacpp"
-    if name == "llamacpp":
-        from evalgate.engines.llamacpp import LlamaCppEngine
+    return REGISTRY.get(name, cfg)
 
-        return LlamaCppEngine(cfg.llamacpp)
-    if name == "sglang":
-        from evalgate.engines.sglang import SGLangEngine
 
-        if cfg.sglang.device == "cpu":  # real SGLang on the CPU: engines/sglang/_cpu.py
-            from evalgate.engines.sglang._cpu import SGLangCPUEngine
+def register_engine(name: str, factory: EngineFactory) -> None:
+    """Make ``--engine name`` build with ``factory`` until ``unregister_engine(name)``."""
+    REGISTRY.register(name, factory)
 
-            return SGLangCPUEngine(cfg.sglang)
-        return SGLangEngine(cfg.sglang)
-    if name == "vllm":
-        from evalgate.engines.vllm import VLLMEngine
 
-        return VLLMEngine(cfg.vllm)
-    if name == "fake":  # not listed: the scripted test double, with its default script
-        from evalgate.engines.fake import FakeEngine
+def unregister_engine(name: str) -> None:
+    REGISTRY.unregister(name)
 
-        return FakeEngine()
-    near = difflib.get_close_matches(name, ENGINES, n=1)
-    hint = f"did you mean {near[0]}? " if near else ""
-    raise ConfigError(f"unknown engine {name!r}", fix=f"{hint}known engines: {', '.join(ENGINES)}")
+
+def registered_engine(name: str, factory: EngineFactory) -> contextlib.AbstractContextManager[None]:
+    """``register_engine`` for the length of a ``with`` block."""
+    return REGISTRY.registered(name, factory)

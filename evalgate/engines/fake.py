@@ -1,4 +1,6 @@
-"""A scripted engine with no process: the compare loop's test double (``--engine fake``, not listed).
+"""A scripted engine with no process: the compare loop's test double. Not a built-in engine: a
+test registers its scripted instance as ``--engine fake`` (``evalgate.engines.registered_engine``,
+the tests' ``use`` fixture) for as long as the test runs.
 
 It answers from a script, per arm: ``answer(arm, prompt)`` gives the text of every generation
 and chat reply (None: the request fails after retries, as an overloaded server's would; raising

@@ -1,5 +1,6 @@
-"""What ``evalgate compare`` will do, settled before any server starts: the fairness check, the
-suites with their own options, the items, the run folder and its manifest (and, on --resume,
+"""What ``evalgate compare`` will do, settled before any server starts: what ``settle`` decides
+(engine, launch specs and their checks, suites and options; ``evalgate.run.settle``, shared with
+``--dry-run`` and ``bench``), then the items, the run folder and its manifest (and, on --resume,
 that they match the run's). The request itself is ``evalgate.request.CompareRequest``.
 """
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,41 +16,29 @@ from typing import Any
 from rich.console import Console
 
 from evalgate.config import EvalgateConfig
-from evalgate.engines import Engine, get_engine
-from evalgate.engines._launcher import require_input_files
-from evalgate.engines.attach import ExternalEngine, require_two_servers
+from evalgate.engines import Engine
 from evalgate.engines.client import RetryPolicy
 from evalgate.engines.gguf import file_sha256
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
 from evalgate.request import CompareRequest
-from evalgate.stats.sequential import DEFAULT_CHUNK, shuffled
+from evalgate.run.settle import load_items, resolve_suites, settle
+from evalgate.stats.sequential import DEFAULT_CHUNK
 from evalgate.store.lock import RunLock
 from evalgate.store.manifest import (
     LaunchInfo,
     Manifest,
-    SequentialInfo,
     SuiteInfo,
     VariantInfo,
     command_line,
     git_state,
-    load_manifest,
     package_versions,
     utc_now,
     write_manifest,
 )
 from evalgate.store.records import safe_name
-from evalgate.suites import (
-    PRESETS,
-    Item,
-    Suite,
-    SuiteOptions,
-    ToolCallSuite,
-    chat_variants,
-    default_registry,
-)
-from evalgate.suites.long_context import LongContextSuite, plan_lengths
-from evalgate.variants import LaunchSpec, Variant, require_only_quantization
+from evalgate.suites import Item, Suite, SuiteOptions
+from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["CompareRequest", "RunPlan", "plan_compare", "resolve_suites"]
 
@@ -107,140 +96,28 @@ def plan_compare(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> 
     return plan
 
 
-def resolve_suites(req: CompareRequest) -> list[Suite]:
-    """The run's suites, each with its own options (``--chat``: the chat variants), and the
-    refusals a run and its ``--dry-run`` share (exit 2): options for a suite not in the run,
-    ``--thinking`` with no chat suite to reach."""
-    registry = default_registry()
-    names = chat_variants(req.suites) if req.chat else req.suites  # --chat: each suite's chat variant
-    extra = [name for name in req.suite_options if name not in names]
-    if extra:
-        raise ConfigError(
-            f"suite options for {extra[0]}, which this run does not include",
-            fix="add it to --suites, or drop its --suite-opt"
-            + (" (--chat runs the chat variants)" if req.chat else ""),
-        )
-    suites = [registry.get(name, options=req.suite_options.get(name)) for name in names]
-    if req.thinking != "auto" and not any(
-        s.kind == "chat" and not isinstance(s, ToolCallSuite) for s in suites
-    ):
-        raise ConfigError(
-            f"--thinking {req.thinking} reaches only chat suites, and this run has none",
-            fix="add --chat (or a chat suite such as gsm8k_chat, or a private exam), or drop --thinking",
-        )
-    return suites
-
-
 def _plan(
     req: CompareRequest, cfg: EvalgateConfig, console: Console, run_id: str, run_dir: Path, lock: RunLock
 ) -> RunPlan:
     if not req.resume:
         _require_fresh(run_dir)
-    if req.deterministic:  # recorded in the launch args (-np 1, SGLang's flag, vLLM's env): a resume keeps it
-        on = {"deterministic": True}
-        cfg = cfg.model_copy(
-            update={
-                "llamacpp": cfg.llamacpp.model_copy(update=on),
-                "sglang": cfg.sglang.model_copy(update=on),
-                "vllm": cfg.vllm.model_copy(update=on),
-            }
-        )
-    engine = _engine(req, cfg)
-    old = load_manifest(run_dir) if req.resume else None
-    host = engine.settle_host(previous_env=old.launch["baseline"].env if old else None)
+    settled = settle(req, cfg)  # everything decided before a server starts, as --dry-run shows it
+    req, engine, host, old = settled.request, settled.engine, settled.host, settled.previous
     if host and not old:
         for value in host.values():
             if isinstance(value, dict) and value.get("reason"):
                 console.print(f"[dim]host: {value['reason']}[/dim]")
-    variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
-    specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
-    if req.aa:  # the baseline launched a second time: the noise floor
-        variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
-    require_input_files(specs)  # a --chat-template-file that is not there: exit 2, not a failed start
-    require_only_quantization(specs["baseline"], specs["candidate"], allow=req.allow_diff)
-    engine.check_pair(allow=req.allow_diff)  # attach mode: the settings the servers report
-    suites = resolve_suites(req)
-    if any(isinstance(s, ToolCallSuite) for s in suites):
-        for arm, spec in specs.items():
-            engine.require_tool_parser(arm, spec)  # else no calls on either arm: a silent PASS
-    if req.context_lengths and not any(isinstance(s, LongContextSuite) for s in suites):
-        raise ConfigError(
-            "--context-lengths sets long_context's lengths, and this run does not include it",
-            fix="add long_context to --suites, or drop --context-lengths",
-        )
-    if any(isinstance(s, LongContextSuite) for s in suites):  # lengths settled (and fit) before launch
-        slots = {arm: engine.slot_context(spec) for arm, spec in specs.items()}
-        req = req.model_copy(update={"context_lengths": plan_lengths(req.context_lengths, slots, req.preset)})
-    cap = engine.default_gen_cap(req.preset)  # e.g. llama.cpp's smoke runs: CPU time is short
-    if req.max_gen_tokens is None and cap is not None:  # both arms get it; manifest and report say so
-        req = req.model_copy(update={"max_gen_tokens": cap})
-    options = SuiteOptions(
-        data_dir=req.data_dir,
-        seed=req.seed,
-        max_gen_tokens=req.max_gen_tokens,
-        engine=engine.name,
-        reveal_private=req.reveal_private,
-        temperature=req.temperature,
-        context_lengths=req.context_lengths or (),
-        thinking=None if req.thinking == "auto" else req.thinking == "on",
-        sampling=tuple(
-            (k, v)
-            for k, v in (("top_p", req.top_p), ("top_k", req.top_k), ("min_p", req.min_p))
-            if v is not None
-        ),
-    )
-    if req.repeats > 1:
-        fixed = [s.name for s in suites if not getattr(s, "samples", False)]
-        if fixed:
-            raise ConfigError(
-                f"--repeats {req.repeats}: {', '.join(fixed)} do(es) not sample (log-likelihood scoring "
-                "or the suite's own fixed requests), so every repeat would be the same request",
-                fix="run those suites in a separate run without --repeats, or drop --repeats",
-            )
-        if req.sequential:
-            raise ConfigError(
-                "--sequential cannot be combined with --repeats",
-                fix="run the repeats as a full run (the per-item mean needs every repeat of an item)",
-            )
-    if req.sequential and req.policy == "non-inferiority":
-        raise ConfigError(
-            "--sequential tests for a difference or a regression, not non-inferiority",
-            fix="drop --sequential, or use --policy difference or regression",
-        )
-    if req.sequential and (req.aa or req.with_throughput):
-        raise ConfigError(
-            "--sequential cannot be combined with --aa or --with-throughput",
-            fix="run the A/A calibration or the throughput sweep as a separate, full run",
-        )
-    n = req.limit if req.limit is not None else PRESETS[req.preset]
-    items = {}
-    for suite in suites:
-        with console.status(f"loading {suite.name} items"):
-            items[suite.name] = suite.load(options, n)
-        if req.sequential:  # the recorded order in which the e-value consumes them
-            items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
-        if req.repeats > 1:  # repeat r of an item: its own record, the same seed on both arms
-            items[suite.name] = [
-                replace(it, repeat=r) for it in items[suite.name] for r in range(req.repeats)
-            ]
+    specs, suites, options, variants = settled.specs, settled.suites, settled.options, settled.variants
+    items = load_items(settled, console)
     if old:
         run_id = old.run_id
     manifest = _manifest(req, run_id, engine, specs, suites, items, options, variants)
-    manifest.host = old.host if old else host
+    manifest.host_settled(host)
     if req.sequential:
-        manifest.sequential = SequentialInfo(chunk=req.chunk or DEFAULT_CHUNK)
+        manifest.sequential_started(req.chunk or DEFAULT_CHUNK)
     if old:
         _check_resume(old, manifest, run_dir)
-        manifest.arms = old.arms
-        manifest.request = old.request
-        manifest.created_utc = old.created_utc
-        manifest.resumed_utc = [*old.resumed_utc, utc_now()]
-        if old.sequential:
-            manifest.sequential = old.sequential
-        if old.throughput:  # compare --with-throughput: arms already swept are not swept again
-            manifest.throughput = old.throughput
-        if old.kernel_check:  # the check the run ran or skipped (--skip-kernel-check) is kept
-            manifest.kernel_check = old.kernel_check
+        manifest.resumed_from(old)  # its request, arms, times, host, outcomes, sweeps, kernel check
     plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, manifest, variants)
     plan.retry = RetryPolicy(
         attempts=req.tries or cfg.client.tries,
@@ -253,31 +130,6 @@ def _plan(
     plan.save()
     _write_prompts(plan)
     return plan
-
-
-def _engine(req: CompareRequest, cfg: EvalgateConfig) -> Engine:
-    if bool(req.baseline_url) != bool(req.candidate_url):
-        raise ConfigError(
-            "attach mode needs both --baseline-url and --candidate-url",
-            fix="pass both (comma-separated URLs per arm), or neither to launch the servers",
-        )
-    if req.baseline_url:
-        if req.engine:
-            raise ConfigError(
-                "--engine launches servers; --baseline-url/--candidate-url attach to running ones",
-                fix="drop --engine (use --protocol to name the attached servers' engine)",
-            )
-        urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
-        if not req.same_server_ok:
-            require_two_servers(urls["baseline"], urls["candidate"])
-        return ExternalEngine(
-            urls,
-            protocol=req.protocol,
-            deterministic=req.deterministic,
-            allow_diff=req.allow_diff,
-            same_server_ok=req.same_server_ok,
-        )
-    return get_engine(req.engine or cfg.engine, cfg)
 
 
 def _require_fresh(run_dir: Path) -> None:
@@ -350,7 +202,7 @@ def _manifest(
                 version=s.version,
                 metrics=list(s.metrics),
                 kind=s.kind,
-                metric_kind=getattr(s, "metric_kind", "binary"),
+                metric_kind=s.metric_kind,
                 private=s.private,
                 source=s.source(options),
                 n=len({it.item_id for it in items[s.name]}),

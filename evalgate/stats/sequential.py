@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,10 +24,10 @@ from evalgate.errors import ConfigError
 from evalgate.stats._agreement import DEFAULT_FLIP_BUDGET
 from evalgate.stats._evalues import flip_evalue, flip_futile, sequential_evalue, sequential_futile
 from evalgate.stats._seeds import stable_seed
-from evalgate.store.records import Pair
 
 __all__ = [
     "DEFAULT_CHUNK",
+    "ScoredPair",
     "SequentialOutcome",
     "SequentialRule",
     "outcomes",
@@ -40,6 +40,22 @@ __all__ = [
 
 DEFAULT_CHUNK = 50
 T = TypeVar("T")
+
+
+class _Scored(Protocol):
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
+
+
+class ScoredPair(Protocol):
+    """One item on both arms, as ``replay`` reads it: each arm's metrics (``evalgate.store.records.Pair``
+    is one; named by its shape so the statistics import nothing of the run folder)."""
+
+    @property
+    def baseline(self) -> _Scored: ...
+
+    @property
+    def candidate(self) -> _Scored: ...
 
 
 @dataclass(frozen=True)
@@ -100,7 +116,7 @@ def shuffled(items: Sequence[T], *, seed: int, suite: str) -> list[T]:
     return [items[i] for i in order]
 
 
-def _binary(pair: Pair, metric: str) -> tuple[int, int]:
+def _binary(pair: ScoredPair, metric: str) -> tuple[int, int]:
     return (
         int(pair.baseline.metrics.get(metric, 0.0) >= 0.5),
         int(pair.candidate.metrics.get(metric, 0.0) >= 0.5),
@@ -108,7 +124,7 @@ def _binary(pair: Pair, metric: str) -> tuple[int, int]:
 
 
 def replay(
-    order: Sequence[str], pairs: Mapping[str, Pair], *, metric: str, rule: SequentialRule
+    order: Sequence[str], pairs: Mapping[str, ScoredPair], *, metric: str, rule: SequentialRule
 ) -> SequentialOutcome:
     """Walk ``order`` in chunks, looking after each chunk whose items all have pairs.
 
@@ -189,7 +205,7 @@ def outcomes(run: Any, rule: SequentialRule) -> dict[str, SequentialOutcome]:
     ``evalgate.gate.sequential_rule``, from the same manifest)."""
     out = {}
     for suite, meta in run.manifest.suites.items():
-        if getattr(meta, "metric_kind", "binary") != "binary":
+        if meta.metric_kind != "binary":
             raise ConfigError(
                 f"--sequential needs a metric that is 0 or 1 per item; {suite}'s is graded",
                 fix="run this suite without --sequential",

@@ -16,9 +16,10 @@ from evalgate.suites._base import (
     options_help,
 )
 from evalgate.suites._chat import LmEvalChatSuite
+from evalgate.suites._lmeval import LmEvalSuite, Member, lmeval_tasks
 from evalgate.suites.arc import arc, arc_chat
 from evalgate.suites.gsm8k import gsm8k, gsm8k_chat
-from evalgate.suites.long_context import LongContextSuite, long_context
+from evalgate.suites.long_context import LongContextSuite, long_context, plan_lengths
 from evalgate.suites.mmlu import mmlu
 from evalgate.suites.mmlu_pro import mmlu_pro, mmlu_pro_chat
 from evalgate.suites.private import private
@@ -31,7 +32,9 @@ __all__ = [
     "Item",
     "ItemResult",
     "LmEvalChatSuite",
+    "LmEvalSuite",
     "LongContextSuite",
+    "Member",
     "Registry",
     "Scorer",
     "Suite",
@@ -41,7 +44,9 @@ __all__ = [
     "chat_variants",
     "configure",
     "default_registry",
+    "lmeval_tasks",
     "options_help",
+    "plan_lengths",
 ]
 
 

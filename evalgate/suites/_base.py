@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -92,6 +92,12 @@ class ItemResult:
 
 
 class Suite(Protocol):
+    """What the plan, the gate and the CLI may ask of a suite, and all they ask: the optional facts
+    below carry their defaults here, so callers read them as they are and never probe a suite
+    (``getattr``) or test for a concrete class (``tests/suites/test_contract.py`` holds that). The
+    built-in suites subclass this protocol explicitly to inherit the defaults (PEP 544); a suite
+    overrides only the facts that differ."""
+
     name: str
     version: int
     metrics: tuple[str, ...]
@@ -99,6 +105,26 @@ class Suite(Protocol):
     kind: str
     """'loglikelihood', 'generate' or 'chat': how the report shows responses."""
     private: bool
+
+    samples: bool = False
+    """Its requests can be sampled (``--repeats``, ``--temperature``): generation can; log-likelihoods
+    and a suite's own fixed requests cannot, so ``--repeats`` refuses the suite."""
+    metric_kind: Literal["binary", "continuous"] = "binary"
+    """How the gate tests the primary metric: McNemar for 0/1, a sign-flip test for a graded one."""
+    settings: BaseModel | None = None
+    """The suite's own options (``[suites.<name>]``, ``--suite-opt``); None: it takes none."""
+    needs_tool_parser: bool = False
+    """Its answers are the server's parsed ``tool_calls``: each arm must run a tool-call parser,
+    checked before launch (``Engine.require_tool_parser``), else both arms score no calls and pass."""
+    plans_lengths: bool = False
+    """It runs at ``--context-lengths``, which the plan settles against each arm's slot before
+    launch (``plan_lengths``); a run without such a suite refuses the flag."""
+
+    @property
+    def takes_thinking(self) -> bool:
+        """``--thinking on|off`` reaches it (the chat template's ``enable_thinking``): a chat suite
+        unless it says otherwise; a run whose suites take none refuses the flag."""
+        return self.kind == "chat"
 
     def size(self, options: SuiteOptions) -> int: ...
 
@@ -154,8 +180,8 @@ def configure(suite: Suite, table: Mapping[str, Any] | None) -> Suite:
     (a suite without ``settings`` takes none)."""
     if not table:
         return suite
-    current = getattr(suite, "settings", None)
-    if not isinstance(current, BaseModel):
+    current = suite.settings
+    if current is None:
         raise ConfigError(
             f"suite {suite.name} has no options (given: {', '.join(table)})",
             fix="drop them; `evalgate suites list` shows each suite's options",

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalgate.engines._scoring import check_chat, first_choice
+from evalgate.engines import check_chat, first_choice
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, stable_seed
 from evalgate.suites._lmeval import LmEvalSuite, no_answer, score
 

@@ -29,6 +29,7 @@ from evalgate.suites._base import (
     Item,
     ItemResult,
     Scorer,
+    Suite,
     SuiteOptions,
     prompt_hash,
     select_indices,
@@ -67,7 +68,7 @@ class Member:
 
 
 @dataclass
-class LmEvalSuite:
+class LmEvalSuite(Suite):
     name: str
     version: int
     metrics: tuple[str, ...]

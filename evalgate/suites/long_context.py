@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalgate.errors import ConfigError
 from evalgate.suites import _haystack as hs
-from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, stable_seed
+from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, stable_seed
 
 __all__ = [
     "DEFAULT_LENGTHS",
@@ -121,14 +121,14 @@ def plan_lengths(
 
 
 @dataclass
-class LongContextSuite:
+class LongContextSuite(Suite):
     name: str = "long_context"
     version: int = 1
     metrics: tuple[str, ...] = ("string_match_all",)
     kind: str = "generate"
     private: bool = False
-    samples: bool = False
     settings: LongContextSettings = field(default_factory=LongContextSettings)
+    plans_lengths = True  # not a field: a fact of the suite (Suite.plans_lengths)
 
     def tasks(self, options: SuiteOptions) -> tuple[str, ...]:
         """The chosen tasks; qa only with the GSM8K text in ``--data-dir`` (else left out, or

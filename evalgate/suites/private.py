@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalgate.config import read_text
 from evalgate.errors import ConfigError
-from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices
+from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 from evalgate.suites._chat import read_chat
 from evalgate.suites._graders import (
     REGEX_TIMEOUT_S,
@@ -246,7 +246,7 @@ def load_exam(path: Path) -> Exam:
 
 
 @dataclass
-class PrivateSuite:
+class PrivateSuite(Suite):
     exam: Exam
     name: str = ""
     version: int = 1

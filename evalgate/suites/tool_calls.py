@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalgate.engines.client import RequestFailed
 from evalgate.errors import ConfigError, PreflightError
 from evalgate.suites import _bfcl
-from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, prompt_hash, select_indices
+from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 
 __all__ = ["CATEGORIES", "ToolCallSettings", "ToolCallSuite", "tool_calls", "tool_prefill"]
 
@@ -118,13 +118,19 @@ def recorded_message(message: dict[str, Any], finish_reason: Any) -> dict[str, A
 
 
 @dataclass
-class ToolCallSuite:
+class ToolCallSuite(Suite):
     name: str = "tool_calls"
     version: int = 1
     metrics: tuple[str, ...] = ("valid", "match", "decision")
     kind: str = "chat"
     private: bool = False
     settings: ToolCallSettings = field(default_factory=ToolCallSettings)
+    needs_tool_parser = True  # not a field: a fact of the suite (Suite.needs_tool_parser)
+
+    @property
+    def takes_thinking(self) -> bool:
+        """Its requests carry no ``enable_thinking``: ``--thinking`` does not reach it."""
+        return False
 
     def _folder(self, options: SuiteOptions) -> Path:
         if options.data_dir is None:

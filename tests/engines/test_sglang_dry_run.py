@@ -67,3 +67,24 @@ def test_dry_run_refuses_what_the_run_would_refuse(
     )  # fmt: skip
     captured = capsys.readouterr()
     assert code == 2 and "--tool-call-parser" in captured.out + captured.err
+
+
+def test_dry_run_shows_the_sampling_the_run_sends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data_dir: Path
+) -> None:
+    code, out = dry(
+        tmp_path,
+        capsys,
+        data_dir,
+        "--suites",
+        "gsm8k",
+        "--repeats",
+        "2",
+        "--temperature",
+        "0.7",
+        "--top-k",
+        "20",
+    )
+    assert code == 0, out
+    assert "sampling: temperature 0.7, top_k 20; seed 1234" in out and "repeats: 2 per item" in out
+    assert "gsm8k: 7 items x 2 repeats" in out

@@ -1,0 +1,243 @@
+"""Everything a comparison decides before any server starts, decided once: ``settle``.
+
+``compare``, ``compare --dry-run`` and ``bench`` all call it, so a dry run refuses exactly what
+the run refuses (same order, same message, exit 2) and prints what the run will do: the engine
+(launched, or attached by URL), each arm's launch spec, its input files, the only-quantization
+check, the pair check, the suites with their options (sampling included), long_context's lengths,
+the tool-call parser, and the combinations a run refuses. Only the run folder, the items and the
+manifest are the plan's (``evalgate.run.plan``); nothing here writes or launches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+
+from evalgate.config import EvalgateConfig
+from evalgate.engines import Engine, get_engine, require_input_files
+from evalgate.engines.attach import ExternalEngine, require_two_servers
+from evalgate.errors import ConfigError
+from evalgate.gate import GatePolicy
+from evalgate.request import CompareRequest
+from evalgate.stats.sequential import shuffled
+from evalgate.store.manifest import Manifest, load_manifest
+from evalgate.suites import (
+    PRESETS,
+    Item,
+    Suite,
+    SuiteOptions,
+    chat_variants,
+    default_registry,
+    plan_lengths,
+)
+from evalgate.variants import LaunchSpec, Variant, require_only_quantization
+
+__all__ = ["Settled", "load_items", "resolve_suites", "settle", "suite_options"]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What ``settle`` decided: the run's inputs, none of them touched by a server yet."""
+
+    request: CompareRequest
+    """The request with what was settled filled in: long_context's lengths, the engine's
+    default generation cap (both recorded in the manifest)."""
+    engine: Engine
+    host: dict[str, Any] | None
+    """What the engine measured on this machine for the launch settings (the manifest's ``host``)."""
+    variants: dict[str, Variant]
+    specs: dict[str, LaunchSpec]
+    """Per arm (``aa``, with --aa: the baseline's again), each checked before launch."""
+    suites: list[Suite]
+    options: SuiteOptions
+    previous: Manifest | None = None
+    """The run being resumed (--resume), whose host choice the engine keeps."""
+    attached: bool = False
+    """The arms are running servers (--baseline-url/--candidate-url), not launched."""
+
+
+def settle(
+    req: CompareRequest,
+    cfg: EvalgateConfig,
+    *,
+    contact: bool = True,
+    measures: Literal["answers", "speed"] = "answers",
+) -> Settled:
+    """Decide (or refuse, ConfigError: exit 2) everything before the first server starts.
+
+    ``contact=False`` (the dry run) leaves out the two checks that ask attached servers (their
+    read-back settings, their tool-call parser): nothing else depends on a server. ``measures``
+    names what a launch difference would confound in the only-quantization refusal (``bench``:
+    speed, and no report records an --allow-diff)."""
+    GatePolicy.from_request(req)  # validate
+    cfg = _deterministic(req, cfg)
+    engine, attached = _engine(req, cfg)
+    previous = load_manifest(Path(req.resume)) if req.resume else None
+    host = engine.settle_host(previous_env=previous.launch["baseline"].env if previous else None)
+    variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
+    specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
+    if req.aa:  # the baseline launched a second time: the noise floor
+        variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
+    require_input_files(specs)  # a --chat-template-file that is not there: exit 2, not a failed start
+    require_only_quantization(
+        specs["baseline"],
+        specs["candidate"],
+        allow=req.allow_diff,
+        what=measures,
+        recorded=measures == "answers",
+    )
+    asks = contact or not attached  # a launched engine's checks read only its specs
+    if asks:
+        engine.check_pair(allow=req.allow_diff)  # attach mode: the settings the servers report
+    suites = resolve_suites(req)
+    if asks and any(s.needs_tool_parser for s in suites):
+        for arm, spec in specs.items():
+            engine.require_tool_parser(arm, spec)  # else no calls on either arm: a silent PASS
+    if req.context_lengths and not any(s.plans_lengths for s in suites):
+        raise ConfigError(
+            "--context-lengths sets long_context's lengths, and this run does not include it",
+            fix="add long_context to --suites, or drop --context-lengths",
+        )
+    if any(s.plans_lengths for s in suites):  # lengths settled (and fit) before launch
+        slots = {arm: engine.slot_context(spec) for arm, spec in specs.items()}
+        req = req.model_copy(update={"context_lengths": plan_lengths(req.context_lengths, slots, req.preset)})
+    cap = engine.default_gen_cap(req.preset)  # e.g. llama.cpp's smoke runs: CPU time is short
+    if req.max_gen_tokens is None and cap is not None:  # both arms get it; manifest and report say so
+        req = req.model_copy(update={"max_gen_tokens": cap})
+    _refuse_modes(req, suites)
+    return Settled(
+        req, engine, host, variants, specs, suites, suite_options(req, engine.name), previous, attached
+    )
+
+
+def resolve_suites(req: CompareRequest) -> list[Suite]:
+    """The run's suites, each with its own options (``--chat``: the chat variants), and the
+    refusals of options for a suite not in the run and of ``--thinking`` with no suite to reach."""
+    registry = default_registry()
+    names = chat_variants(req.suites) if req.chat else req.suites  # --chat: each suite's chat variant
+    extra = [name for name in req.suite_options if name not in names]
+    if extra:
+        raise ConfigError(
+            f"suite options for {extra[0]}, which this run does not include",
+            fix="add it to --suites, or drop its --suite-opt"
+            + (" (--chat runs the chat variants)" if req.chat else ""),
+        )
+    suites = [registry.get(name, options=req.suite_options.get(name)) for name in names]
+    if req.thinking != "auto" and not any(s.takes_thinking for s in suites):
+        raise ConfigError(
+            f"--thinking {req.thinking} reaches only chat suites, and this run has none",
+            fix="add --chat (or a chat suite such as gsm8k_chat, or a private exam), or drop --thinking",
+        )
+    return suites
+
+
+def suite_options(req: CompareRequest, engine: str) -> SuiteOptions:
+    """The run-wide knobs every suite gets, the same on both arms (sampling included)."""
+    return SuiteOptions(
+        data_dir=req.data_dir,
+        seed=req.seed,
+        max_gen_tokens=req.max_gen_tokens,
+        engine=engine,
+        reveal_private=req.reveal_private,
+        temperature=req.temperature,
+        context_lengths=req.context_lengths or (),
+        thinking=None if req.thinking == "auto" else req.thinking == "on",
+        sampling=tuple(
+            (k, v)
+            for k, v in (("top_p", req.top_p), ("top_k", req.top_k), ("min_p", req.min_p))
+            if v is not None
+        ),
+    )
+
+
+def load_items(settled: Settled, console: Console | None = None) -> dict[str, list[Item]]:
+    """Each suite's items in the order the run asks them: ``--sequential``'s recorded shuffle,
+    and ``--repeats`` k records per item (the same seed on both arms)."""
+    req = settled.request
+    n = req.limit if req.limit is not None else PRESETS[req.preset]
+    items: dict[str, list[Item]] = {}
+    for suite in settled.suites:
+        if console is None:
+            items[suite.name] = suite.load(settled.options, n)
+        else:
+            with console.status(f"loading {suite.name} items"):
+                items[suite.name] = suite.load(settled.options, n)
+        if req.sequential:  # the recorded order in which the e-value consumes them
+            items[suite.name] = shuffled(items[suite.name], seed=req.seed, suite=suite.name)
+        if req.repeats > 1:  # repeat r of an item: its own record, the same seed on both arms
+            items[suite.name] = [
+                replace(it, repeat=r) for it in items[suite.name] for r in range(req.repeats)
+            ]
+    return items
+
+
+def _deterministic(req: CompareRequest, cfg: EvalgateConfig) -> EvalgateConfig:
+    """--deterministic lands in each engine's launch settings (-np 1, SGLang's flag, vLLM's env),
+    so the launch args record it and a resume keeps it."""
+    if not req.deterministic:
+        return cfg
+    on = {"deterministic": True}
+    return cfg.model_copy(
+        update={
+            "llamacpp": cfg.llamacpp.model_copy(update=on),
+            "sglang": cfg.sglang.model_copy(update=on),
+            "vllm": cfg.vllm.model_copy(update=on),
+        }
+    )
+
+
+def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
+    """The engine by name, or (both URLs given) the attached servers; True when attached."""
+    if bool(req.baseline_url) != bool(req.candidate_url):
+        raise ConfigError(
+            "attach mode needs both --baseline-url and --candidate-url",
+            fix="pass both (comma-separated URLs per arm), or neither to launch the servers",
+        )
+    if not req.baseline_url:
+        return get_engine(req.engine or cfg.engine, cfg), False
+    if req.engine:
+        raise ConfigError(
+            "--engine launches servers; --baseline-url/--candidate-url attach to running ones",
+            fix="drop --engine (use --protocol to name the attached servers' engine)",
+        )
+    urls = {"baseline": list(req.baseline_url), "candidate": list(req.candidate_url)}
+    if not req.same_server_ok:
+        require_two_servers(urls["baseline"], urls["candidate"])
+    engine = ExternalEngine(
+        urls,
+        protocol=req.protocol,
+        deterministic=req.deterministic,
+        allow_diff=req.allow_diff,
+        same_server_ok=req.same_server_ok,
+    )
+    return engine, True
+
+
+def _refuse_modes(req: CompareRequest, suites: list[Suite]) -> None:
+    """The combinations of --repeats, --sequential, --aa and the policy that a run refuses."""
+    if req.repeats > 1:
+        fixed = [s.name for s in suites if not s.samples]
+        if fixed:
+            raise ConfigError(
+                f"--repeats {req.repeats}: {', '.join(fixed)} do(es) not sample (log-likelihood scoring "
+                "or the suite's own fixed requests), so every repeat would be the same request",
+                fix="run those suites in a separate run without --repeats, or drop --repeats",
+            )
+        if req.sequential:
+            raise ConfigError(
+                "--sequential cannot be combined with --repeats",
+                fix="run the repeats as a full run (the per-item mean needs every repeat of an item)",
+            )
+    if req.sequential and req.policy == "non-inferiority":
+        raise ConfigError(
+            "--sequential tests for a difference or a regression, not non-inferiority",
+            fix="drop --sequential, or use --policy difference or regression",
+        )
+    if req.sequential and (req.aa or req.with_throughput):
+        raise ConfigError(
+            "--sequential cannot be combined with --aa or --with-throughput",
+            fix="run the A/A calibration or the throughput sweep as a separate, full run",
+        )
