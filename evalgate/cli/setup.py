@@ -3,7 +3,7 @@
 ``--parsers`` also installs the pinned SGLang without its dependencies (it imports on a CPU),
 so the tests parse every SGLang command evalgate builds with SGLang's own argument parser.
 ``--sglang-cpu`` makes a venv with real SGLang for the CPU and the default model's Hugging Face
-twins (``evalgate/engines/sglang/_cpu_install.py``; README, "SGLang on the CPU").
+twins (``evalgate/engines/sglang/_cpu_install.py``; docs/engines.md, "SGLang on the CPU").
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evalgate.engines.gguf import GGUF_TYPES, derived_gguf, file_sha256
 from evalgate.engines.llamacpp import binary_version, find_binary
-from evalgate.engines.sglang import TESTED_VERSION, install_parsers
+from evalgate.engines.sglang import TESTED_VERSION, install_parsers, install_sglang_cpu
 from evalgate.errors import InfraError
 
 __all__ = ["add_parser", "run"]
@@ -57,8 +57,6 @@ def run(args: argparse.Namespace) -> int:
         except InfraError as exc:  # optional: the tests fall back to the recorded option list
             print(f"warning: {exc.render()}", file=sys.stderr)
     if args.sglang_cpu:
-        from evalgate.engines.sglang._cpu_install import install_sglang_cpu
-
         try:
             python = install_sglang_cpu(args.sglang_cpu_dir, say=lambda line: print(line, flush=True))
         except InfraError as exc:

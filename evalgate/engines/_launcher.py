@@ -10,6 +10,7 @@ and the log tail, because that is what a person needs to fix them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 import shlex
@@ -20,18 +21,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from evalgate.engines.client import RetryPolicy
 from evalgate.errors import ConfigError, ServerDied, ServerStartError
 from evalgate.variants import LaunchSpec
 
-if TYPE_CHECKING:
-    from evalgate.engines.api import Engine
-
 __all__ = [
     "INPUT_FILE_FLAGS",
     "SIGNAL_CAUSES",
+    "Diagnoses",
     "ServerHandle",
     "describe_exit",
     "exit_hint",
@@ -64,6 +63,15 @@ SIGNAL_CAUSES: dict[signal.Signals, str] = {
     signal.SIGFPE: "the server crashed (floating-point exception): the log tail shows its last step",
 }
 SignalDiagnosis = Callable[[signal.Signals, str], "str | None"]
+
+
+class Diagnoses(Protocol):
+    """What ``launch_server`` asks of an engine (every ``api.Engine`` answers both): named by its
+    shape, because the engine contract imports this module."""
+
+    def diagnose(self, log: str) -> str | None: ...
+
+    def diagnose_signal(self, sig: signal.Signals, log: str) -> str | None: ...
 
 
 def new_api_key() -> str:
@@ -177,8 +185,6 @@ def exit_hint(
 def _die_with_parent() -> None:
     """In the child: ask Linux to SIGKILL it when evalgate dies, even by SIGKILL (no orphans)."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -322,7 +328,7 @@ def server_command(
 
 @contextlib.contextmanager
 def launch_server(
-    engine: Engine,
+    engine: Diagnoses,
     command: Callable[[int, str], list[str]],
     *,
     name: str,

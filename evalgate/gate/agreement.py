@@ -4,7 +4,7 @@ Flips that cancel pass McNemar: on the CPU engine, Q4_0 weights flipped 15 % of 
 answers at an unchanged accuracy. The agreement gate tests the flip count against a budget
 with an exact one-sided binomial test, in the same Holm family as the accuracy rows.
 
-Default budget (a product decision, documented in the README): 5 % of items may flip without
+Default budget (a product decision, documented in docs/statistics.md): 5 % of items may flip without
 an A/A run; that budget counts the server's own nondeterminism as change, and a BLOCK says so.
 With ``--aa`` the test is paired: the candidate's flips against the A/A arm's on the same items,
 blocking only when the excess is significantly above 3 points, so a noisy (nondeterministic)

@@ -12,6 +12,7 @@ import importlib.util
 import sys
 from typing import Any
 
+from evalgate.kernels import kernels_for_variant
 from evalgate.variants import Variant
 
 __all__ = ["KERNELS_EXTRA", "installed", "kernel_check_for", "kernel_failures"]
@@ -36,8 +37,6 @@ def installed(module: str) -> bool:
 
 def kernel_check_for(candidate: Variant, *, skip: bool = False) -> dict[str, Any] | None:
     """The check's report for the candidate's kernels (``None`` when it uses none)."""
-    from evalgate.kernels import kernels_for_variant
-
     names = kernels_for_variant(kv_fp8=candidate.kv == "fp8", weight_int4=candidate.weights == "int4")
     if not names:
         return None

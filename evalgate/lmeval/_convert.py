@@ -17,7 +17,7 @@ from typing import Any
 
 from evalgate.errors import ConfigError
 from evalgate.lmeval._read import LmEvalOutput
-from evalgate.suites._lmeval import LmEvalSuite, Member, lmeval_tasks
+from evalgate.suites import LmEvalSuite, Member, default_registry, lmeval_tasks
 
 __all__ = ["ImportedSuite", "check_same_prompts", "known_tasks", "suite_records"]
 
@@ -40,8 +40,6 @@ class ImportedSuite:
 def known_tasks() -> dict[str, tuple[LmEvalSuite, Member]]:
     """lm-eval task name -> the evalgate suite (and member) that runs it, from the suites' own
     definitions."""
-    from evalgate.suites import default_registry
-
     return lmeval_tasks(default_registry())
 
 

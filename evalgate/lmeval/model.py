@@ -24,10 +24,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from evalgate.engines import ServerHandle
+from evalgate.engines.llamacpp import LlamaCppScorer
 
 __all__ = ["EvalgateLM"]
 
@@ -57,8 +59,6 @@ class EvalgateLM(LM):
         self.concurrency = int(concurrency)
 
     def _run(self, coros_factory: Any) -> list[Any]:
-        from evalgate.engines.llamacpp import LlamaCppScorer
-
         async def go() -> list[Any]:
             scorer = LlamaCppScorer(self.handle, concurrency=self.concurrency)
             try:
@@ -97,6 +97,4 @@ class EvalgateLM(LM):
 
 def main() -> None:
     """lm-eval's CLI (``lm_eval``'s own parser and evaluator) with the ``evalgate`` model registered."""
-    from lm_eval.__main__ import cli_evaluate
-
     cli_evaluate()

@@ -17,11 +17,10 @@ from typing import Any
 from markupsafe import Markup
 
 from evalgate.engines.capacity import capacity_ratio
-from evalgate.gate import Verdict
-from evalgate.gate._lengths import LengthRow, LengthTrend, SuiteLengths
+from evalgate.gate import LengthRow, LengthTrend, SuiteLengths, Verdict
 from evalgate.report import _format as fmt
 from evalgate.report.lengths_svg import length_label, lengths_chart
-from evalgate.store.manifest import Manifest
+from evalgate.store.manifest import Manifest, ServerFacts
 
 __all__ = ["HEADERS", "LengthPanel", "kv_capacity", "length_cells", "length_panels", "trend_text"]
 
@@ -79,7 +78,7 @@ def _kv_of(manifest: Manifest, arm: str) -> dict[str, Any] | None:
     if isinstance(found, Mapping) and (found.get("kv_tokens") or found.get("kv_mib")):
         return dict(found)
     info = manifest.arms.get(arm)
-    server: Mapping[str, Any] = info.server if info is not None else {}
+    server = info.server if info is not None else ServerFacts()
     for key in ("capacity", "kv_capacity"):
         block = server.get(key)
         if isinstance(block, Mapping) and (block.get("kv_tokens") or block.get("kv_mib")):

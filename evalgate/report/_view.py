@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgate.gate import Row, Verdict
-from evalgate.gate._rows import NOT_ESTIMABLE
+from evalgate.gate import NOT_ESTIMABLE, Row, Verdict, parse_margin
 from evalgate.gate.verdict import RunData
 from evalgate.report import _format as fmt
+from evalgate.report import throughput_svg as tp
 from evalgate.report._items import SuiteItems, discordant_items
 from evalgate.report._lengths import LengthPanel, length_panels
+from evalgate.report.answers import NOTE, answers_table
 from evalgate.store.manifest import Manifest, VariantInfo
 
 __all__ = ["OPTIONAL_SECTIONS", "ArgRow", "FactRow", "RowView", "RunView", "Section", "build_view"]
@@ -173,8 +174,6 @@ def _margin(manifest: Manifest, verdict: Verdict) -> float | str | None:
         value = manifest.request.margin
     if value is None or isinstance(value, (int, float)):
         return None if value is None else float(value)
-    from evalgate.gate import parse_margin
-
     amount, relative = parse_margin(str(value))
     return str(value) if relative else amount  # a relative margin differs per row: no single band
 
@@ -279,8 +278,8 @@ def _per_arm(m: Manifest, key: str) -> list[Section]:
     out = []
     for arm, info in m.arms.items():
         value = getattr(info, key, None)
-        if value:
-            out.append(Section(f"{key}-{arm}", arm, [], _flatten(value)))
+        if value:  # ServerFacts: the keys the server reported, as written
+            out.append(Section(f"{key}-{arm}", arm, [], _flatten(dict(value.items()))))
     return out
 
 
@@ -334,8 +333,6 @@ def _optional(m: Manifest, verdict: Verdict) -> list[Section]:
         if value in (None, {}, []):
             continue
         if key == "answers":  # generation suites per arm (report/answers.py)
-            from evalgate.report.answers import NOTE, answers_table
-
             out.append(Section(key, title, *answers_table(value), note=NOTE))
             continue
         if key == "throughput" and isinstance(value, dict) and "levels" in value:
@@ -347,8 +344,6 @@ def _optional(m: Manifest, verdict: Verdict) -> list[Section]:
 
 def _throughput(doc: dict[str, Any], title: str) -> list[Section]:
     """throughput.json as two tables and a chart (evalgate bench, compare --with-throughput)."""
-    from evalgate.report import throughput_svg as tp
-
     headers, rows = tp.level_table(doc)
     cap_headers, cap_rows = tp.capacity_table(doc)
     return [

@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalgate.errors import ConfigError
+from evalgate.gate.verdict import RunData
 from evalgate.store.records import Pair
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from evalgate.gate.verdict import RunData
 
 __all__ = ["ITEM_COLUMNS", "PAIR_COLUMNS", "RunFrames", "load_run"]
 
@@ -152,8 +151,6 @@ class RunFrames:
 
 def load_run(path: str | Path) -> RunFrames:
     """The run folder at ``path`` (what ``evalgate compare`` printed) as DataFrames."""
-    from evalgate.gate.verdict import RunData
-
     path = Path(path)
     if not (path / "manifest.json").exists():
         raise ConfigError(

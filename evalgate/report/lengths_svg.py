@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from markupsafe import Markup, escape
 
-from evalgate.gate._lengths import LengthRow, SuiteLengths
+from evalgate.gate import LengthRow, SuiteLengths
 
 __all__ = ["length_label", "lengths_chart"]
 

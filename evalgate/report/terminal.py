@@ -6,8 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from evalgate.gate import Row, Verdict
-from evalgate.gate._lengths import SuiteLengths
+from evalgate.gate import Row, SuiteLengths, Verdict
 from evalgate.report._format import show_bidi
 from evalgate.report._lengths import HEADERS, length_cells, trend_text
 from evalgate.report.answers import answers_table

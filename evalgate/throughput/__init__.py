@@ -11,7 +11,6 @@ confused with ``benchmarks/``, which measures evalgate itself.
 from evalgate.store.throughput import (
     THROUGHPUT_SCHEMA,
     ThroughputDoc,
-    finish_compare,
     throughput_doc,
     write_throughput,
 )
@@ -21,6 +20,7 @@ from evalgate.throughput.sweep import (
     Target,
     capped_levels,
     check_target,
+    finish_compare,
     measure_handle,
     run_sweep,
     sweep,

@@ -18,6 +18,7 @@ import ipaddress
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,11 +26,12 @@ import aiohttp
 
 from evalgate.engines.sglang import run_levels, server_limits
 from evalgate.errors import ConfigError, InfraError
-from evalgate.store.throughput import DEFAULT_LEVELS, BenchSettings
+from evalgate.store.manifest import Manifest
+from evalgate.store.throughput import DEFAULT_LEVELS, BenchSettings, throughput_doc, write_throughput
 from evalgate.throughput._loadgen import Req, level, one_request, payload, synthetic_text
 
-__all__ = ["DEFAULT_LEVELS", "BenchSettings", "Target", "capped_levels", "check_target", "measure_handle",
-           "run_sweep", "sweep"]  # fmt: skip
+__all__ = ["DEFAULT_LEVELS", "BenchSettings", "Target", "capped_levels", "check_target", "finish_compare",
+           "measure_handle", "run_sweep", "sweep"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -205,3 +207,19 @@ def measure_handle(
     result["command"] = list(handle.command or [])  # the key is already masked
     result["variant"] = variant
     return result
+
+
+def finish_compare(
+    run_dir: Path, manifest: Manifest, settings: BenchSettings | None = None
+) -> dict[str, Any]:
+    """For ``compare --with-throughput``: move each arm's sweep into the manifest's ``throughput``
+    (the report renders it) and write throughput.json beside the manifest."""
+    before = (manifest.throughput or {}).get("arms") or {}  # a resumed run keeps earlier sweeps
+    arms: dict[str, Any] = {}
+    for arm in ("baseline", "candidate"):
+        info = manifest.arms.get(arm)
+        arms[arm] = (info.throughput if info else None) or before.get(arm)
+    doc = throughput_doc(arms, settings or BenchSettings())
+    write_throughput(Path(run_dir), doc)
+    manifest.throughput_finished(doc)
+    return doc

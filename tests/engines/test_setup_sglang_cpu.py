@@ -124,7 +124,7 @@ def test_setup_is_idempotent_and_says_each_step(root: Path, monkeypatch: pytest.
     gguf.write_bytes(b"GGUF")
     monkeypatch.setattr(_cpu_install, "_run", run)
     monkeypatch.setattr("evalgate.engines.llamacpp.find_binary", lambda name="": Path("/bin/true"))
-    monkeypatch.setattr("evalgate.engines.gguf.derived_gguf", lambda weights, binary: gguf)
+    monkeypatch.setattr(_cpu_install, "derived_gguf", lambda weights, binary: gguf)
     (root / "venv" / "evalgate-packages.txt").write_text(
         "\n".join((*_cpu_install.TORCH, *_cpu_install.LEAN_PACKAGES, _cpu_install.SGLANG)) + "\n"
     )
