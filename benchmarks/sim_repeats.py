@@ -5,7 +5,7 @@ Items have heterogeneous chances of being right, p_i ~ Beta(0.7, 0.5) (mean 0.58
 always right, some never, many in between, as a reasoning model sampled at temperature 0.7 looks).
 Repeat r of item i draws one uniform u per arm; with common seeds the arms share it on a fraction
 ``--coupling`` of the (item, repeat) pairs (llama.cpp shared 85 % of its sampled answers between
-two launches of one model in the README's A/A run) and draw their own on the rest. An arm is
+two launches of one model in the A/A run in docs/measurements.md) and draw their own on the rest. An arm is
 right when u < p_i (baseline) or u < p'_i (candidate).
 
 - H0 (the candidate is the baseline): p'_i = p_i. The gate's primary row at k = 1 is McNemar's

@@ -43,6 +43,8 @@ __all__ = ["ClientConfig", "EvalgateConfig", "load_config", "read_text"]
 
 
 class LlamaCppConfig(BaseModel):
+    """``[llamacpp]``: launch settings shared by both arms of the CPU engine (``evalgate.engines.llamacpp``)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     ctx_per_slot: int = Field(4096, ge=256, description="Context tokens per parallel slot.")
     parallel: int = Field(4, ge=1, le=256, description="Parallel slots (-np) and client concurrency.")
@@ -55,8 +57,8 @@ class LlamaCppConfig(BaseModel):
         description="OMP_WAIT_POLICY for ggml's OpenMP workers, the same on both arms. auto: measure "
         "the machine's load for 1 s before launch; passive if other work keeps half a core busy "
         "(workers sleep at barriers: ~2x slower beside a busy process instead of 9x), else OpenMP's "
-        "default (spinning: fastest on a quiet machine, where passive costs 1.6-2x). README has the "
-        "measurements.",
+        "default (spinning: fastest on a quiet machine, where passive costs 1.6-2x). docs/measurements.md "
+        "has the measurements.",
     )
     spin_count: int | None = Field(
         None, ge=0, description="GOMP_SPINCOUNT: spins before an idle OpenMP worker sleeps (None: unset)."
@@ -80,10 +82,19 @@ class GPUConfig(BaseModel):
     how many requests it gets at once, and which interpreter has the engine."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    dtype: str = "bfloat16"
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
-    chat_template: str | None = None
+    dtype: str = Field("bfloat16", description="--dtype of both arms: the precision the model computes in.")
+    tool_call_parser: str | None = Field(
+        None,
+        description="--tool-call-parser of both arms; the tool_calls suite needs it (vLLM also gets "
+        "--enable-auto-tool-choice).",
+    )
+    reasoning_parser: str | None = Field(
+        None,
+        description="--reasoning-parser of both arms: the server returns thinking apart from the answer.",
+    )
+    chat_template: str | None = Field(
+        None, description="--chat-template of both arms; None: the checkpoint's own template."
+    )
     gpus: str | None = Field(
         None, description="CUDA_VISIBLE_DEVICES for every arm (arms run one after another), e.g. '0,1'."
     )
@@ -114,12 +125,14 @@ class SGLangConfig(GPUConfig):
     model_path: str | None = Field(
         None, description="BF16 checkpoint folder or Hub id; variants with their own model override it."
     )
-    tp_size: int = Field(1, ge=1)
+    tp_size: int = Field(1, ge=1, description="--tp-size: GPUs per arm (tensor parallel).")
     mem_fraction_static: float | None = Field(
         None, gt=0, lt=1, description="GPU memory for weights plus KV cache; None keeps SGLang's default."
     )
-    random_seed: int = 1234
-    context_length: int | None = Field(None, ge=1)
+    random_seed: int = Field(1234, description="--random-seed of both arms.")
+    context_length: int | None = Field(
+        None, ge=1, description="--context-length of both arms; None: the model's own."
+    )
     kv_scales_path: str | None = Field(
         None, description="FP8 KV scales JSON (kernels/fp8_kv/sglang_json.py), passed to fp8kv arms only."
     )
@@ -140,12 +153,14 @@ class VLLMConfig(GPUConfig):
     model: str | None = Field(
         None, description="BF16 checkpoint folder or Hub id; variants with their own model override it."
     )
-    tensor_parallel_size: int = Field(1, ge=1)
-    seed: int = 1234
+    tensor_parallel_size: int = Field(1, ge=1, description="--tensor-parallel-size: GPUs per arm.")
+    seed: int = Field(1234, description="--seed of both arms.")
     gpu_memory_utilization: float | None = Field(
         None, gt=0, le=1, description="GPU memory for weights, activations and KV cache; None keeps 0.9."
     )
-    max_model_len: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(
+        None, ge=1, description="--max-model-len of both arms; None: the model's own."
+    )
     generation_config: str = Field(
         "vllm", description="'vllm': vLLM's sampling defaults on both arms; 'auto' reads each checkpoint's."
     )
@@ -167,6 +182,8 @@ class ClientConfig(BaseModel):
 
 
 class VariantConfig(BaseModel):
+    """``[variants.<name>]``: a variant of your own, built on a built-in one (``evalgate.variants``)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     base: str = Field("bf16", description="Built-in variant this one starts from.")
     model: str | None = Field(None, description="Weights checkpoint path, overriding the engine default.")
@@ -221,7 +238,7 @@ def load_config(path: Path | None) -> EvalgateConfig:
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(
             f"{path}: {where}: {first['msg']}",
-            fix="see the example at the top of evalgate/config.py or the README's configuration section",
+            fix="see docs/reference/config.md (every section and key) or the example at the top of evalgate/config.py",
         ) from exc
 
 

@@ -4,7 +4,7 @@
 The CPU engine (llama.cpp) runs the F16 GGUF that ``evalgate setup`` derives; a GPU engine needs a
 Hugging Face folder. transformers (with ``gguf``) dequantizes the GGUF and ``save_pretrained`` writes
 safetensors. What it writes depends on the transformers version, so the result is normalised to
-one checkpoint that SGLang on transformers 4.x and 5.x both load (README.md, "Engines", on gpu_smoke.sh):
+one checkpoint that SGLang on transformers 4.x and 5.x both load (docs/engines.md, "A GPU check in one command"):
 
 - ``config.json``: a top-level ``rope_theta`` and ``torch_dtype`` (5.x nests the first under
   ``rope_parameters`` and renames the second ``dtype``), and no ``quantization_config``, which

@@ -3,7 +3,7 @@
 #
 # Why this model: `evalgate setup` already derives its F16 GGUF for the CPU engine, and
 # scripts/gguf_to_hf.py turns that GGUF into a safetensors checkpoint, so the GPU run needs no Hub
-# download and serves the very model the CPU runs gate (README.md, "Engines", the last paragraph).
+# download and serves the very model the CPU runs gate (docs/engines.md, "A GPU check in one command").
 #
 # Needs: an NVIDIA GPU, SGLang, evalgate with the [cpu] extra (llama-quantize derives the GGUFs),
 # and transformers + gguf + accelerate for the conversion, all importable by $PYTHON.

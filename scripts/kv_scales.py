@@ -8,7 +8,7 @@ questions in --data-dir, never the gated test items; else a few built-in lines),
 cache holds it) and V from the returned cache, and keeps the running amax per layer and KV head
 (``evalgate.kernels.fp8_kv.KVScaleCalibrator``). The scale of a layer is amax x margin / 448, the
 larger of K and V (SGLang uses one scale for both); ``--margin`` (default 1.2, documented in
-README "Engines") leaves headroom above the largest value seen. The file is SGLang's
+docs/engines.md) leaves headroom above the largest value seen. The file is SGLang's
 ``--quantization-param-path`` format and is validated as SGLang would before it is written.
 Needs torch and transformers (as scripts/gguf_to_hf.py does); a GPU is used when there is one.
 """

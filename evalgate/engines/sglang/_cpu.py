@@ -1,6 +1,6 @@
 """SGLang on the CPU (``[sglang] device = "cpu"``): the real ``sglang.launch_server`` from the venv
 that ``evalgate setup --sglang-cpu`` makes (``_cpu_install``), serving the default model's
-Hugging Face twin (README.md, "SGLang on the CPU").
+Hugging Face twin (docs/engines.md, "SGLang on the CPU").
 
 Both arms get the same CPU flags and environment (``CPU_ARGS``, ``cpu_env``):
 
@@ -110,7 +110,7 @@ class SGLangCPUEngine(SGLangEngine):
             raise ConfigError(
                 f"variant {variant.name!r} asks for an FP8 KV cache, which SGLang refuses on a CPU "
                 "without AMX ('CPU FP8 KV cache requires Intel AMX support')",
-                fix="compare weights on the CPU: --candidate int4 (README, 'SGLang on the CPU')",
+                fix="compare weights on the CPU: --candidate int4 (docs/engines.md, 'SGLang on the CPU')",
             )
         if self.config.python == str(venv_python(self.root)) and not Path(self.config.python).exists():
             raise ConfigError(f"SGLang's CPU venv is missing ({self.config.python})", fix=SETUP_FIX)

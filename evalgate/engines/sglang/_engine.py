@@ -1,4 +1,4 @@
-"""SGLang (``python -m sglang.launch_server``): the GPU engine (README.md, "Engines": the variant table).
+"""SGLang (``python -m sglang.launch_server``): the GPU engine (docs/engines.md: the variant table).
 
 Variants become flags as the table says: ``bf16`` is ``--dtype bfloat16 --kv-cache-dtype bfloat16``,
 ``fp8kv`` sets ``--kv-cache-dtype fp8_e4m3`` (plus ``--quantization-param-path`` when KV scales

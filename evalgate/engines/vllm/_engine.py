@@ -1,4 +1,4 @@
-"""vLLM (``vllm serve``): a GPU engine (README.md, "Engines": the variant table).
+"""vLLM (``vllm serve``): a GPU engine (docs/engines.md: the variant table).
 
 Variants become flags: ``bf16`` is ``--dtype bfloat16 --kv-cache-dtype bfloat16`` (never ``auto``,
 which a ModelOpt checkpoint's ``kv_cache_quant_algo`` turns into FP8), ``fp8kv`` sets
