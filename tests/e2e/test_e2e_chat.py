@@ -13,8 +13,6 @@ from evalgate.engines import ServerHandle
 from tests.conftest import needs_models
 from tests.e2e.test_e2e import records
 from tests.e2e.test_e2e_sglang_shim import SHIM
-from tests.e2e.test_e2e_sglang_shim import sglang_models as _sglang_models  # noqa: F401 (a fixture)
-from tests.e2e.test_e2e_sglang_shim import upstream as _upstream  # noqa: F401 (a fixture: one llama-server)
 
 pytestmark = [pytest.mark.e2e, needs_models]
 
@@ -47,14 +45,14 @@ def test_chat_suites_run_an_aa_pair_through_the_chat_template(data_dir: Path, tm
     assert not any(str(r["response"]).startswith("The best answer is") for r in arc)
 
 
-@pytest.mark.usefixtures("_sglang_models")
+@pytest.mark.usefixtures("sglang_models")
 def test_chat_suites_on_the_sglang_engine_pass_sglangs_request_model(
-    request: pytest.FixtureRequest, tmp_path: Path, data_dir: Path
+    upstream: ServerHandle, tmp_path: Path, data_dir: Path
 ) -> None:
     """--engine sglang over tests/helpers/sglang_shim.py, which answers 400 to any request SGLang 0.5.23's
     own ChatCompletionRequest refuses: the chat payloads (seed, stop, chat_template_kwargs, ARC's
     prefill sent with continue_final_message) pass, and every item is a graded chat answer."""
-    up: ServerHandle = request.getfixturevalue("_upstream")  # test_e2e_sglang_shim's llama-server
+    up = upstream  # the llama-server test_e2e_sglang_shim.py uses too (tests/e2e/conftest.py)
     checkpoint = tmp_path / "SmolLM2-135M-Instruct"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama"}))

@@ -1,4 +1,5 @@
-"""lm-eval's own evaluator, driven through the `evalgate` LM, agrees item by item with evalgate."""
+"""lm-eval's own evaluator, driven through the `evalgate` LM on the real llama-server (marked e2e),
+agrees item by item with evalgate."""
 
 from __future__ import annotations
 

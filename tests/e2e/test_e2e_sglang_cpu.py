@@ -3,14 +3,19 @@
 
 No shim and no stub: every answer here is SGLang's, from its own PyTorch code, with evalgate's
 import-only sgl_kernel stand-in (evalgate/engines/sglang/_standin.py) in its venv. The compare
-tests print their wall time and flip counts (pytest -s shows them; the README quotes them).
+tests print their wall time and flip counts (pytest -s shows them; docs/measurements.md quotes them).
+The A/A and the int4 pair run at the same time (the ``pairs`` fixture): each wall time is that
+run's beside the other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -63,12 +68,54 @@ def summary(run: Path, seconds: float) -> str:
     return f"{run.name}: {v['verdict']} in {seconds:.0f} s; " + ", ".join(rows)
 
 
-def test_aa_bf16_passes_on_real_sglang(data_dir: Path, tmp_path: Path) -> None:
+# The pairs CI runs: one bf16 arm against another, and against the Q4_0 weights.
+PAIRS = {
+    "aa": ("--baseline", "bf16", "--candidate", "bf16"),
+    "int4": ("--baseline", "bf16", "--candidate", "int4"),
+}
+PAIR_FLAGS = ("--suites", "arc_easy,gsm8k", "--limit", "20", "--skip-kernel-check")
+Pair = tuple[int, Path, float, str]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str, Pair]:
+    """Both pairs at once, each `evalgate compare` in a process of its own: an SGLang arm computes
+    on one thread (``cpu_threads``) and a run keeps one arm busy at a time, so one run leaves one
+    of two cores idle, and two side by side take about as long as the longer alone (it saves CI
+    about 8 minutes). Each pair's exit code, run folder, wall seconds and output."""
+    root = tmp_path_factory.mktemp("pairs")
+    config = root / "evalgate.toml"
+    config.write_text(CONFIG)
+    drop = ("GITHUB_", "EVALGATE_BASELINE_", "EVALGATE_CANDIDATE_")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    procs = {}
+    for name, arms in PAIRS.items():
+        hf = root / f"hf-{name}"  # what conftest's _isolate does per test, a cache for each process
+        env = {**base, "HF_HOME": str(hf), "HF_DATASETS_CACHE": str(hf / "datasets"), "HF_HUB_OFFLINE": "1",
+               "HF_DATASETS_OFFLINE": "1"}  # fmt: skip
+        cmd = [sys.executable, "-m", "evalgate", "compare", "--engine", "sglang", "--config", str(config), *arms,
+               *PAIR_FLAGS, "--data-dir", str(data_dir), "--out", str(root / name)]  # fmt: skip
+        with (root / f"{name}.out").open("w") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root)
+        procs[name] = (proc, time.monotonic())
+    results = {}
+    try:
+        for name, (proc, start) in procs.items():
+            code = proc.wait(timeout=3600)
+            results[name] = (code, root / name, time.monotonic() - start, (root / f"{name}.out").read_text())
+    finally:
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.kill()  # its servers follow it (PR_SET_PDEATHSIG)
+                proc.wait()
+    return results
+
+
+def test_aa_bf16_passes_on_real_sglang(pairs: dict[str, Pair]) -> None:
     """The acceptance command of #18: bf16 against bf16 on real SGLang 0.5.23, arc_easy + gsm8k."""
-    code, run, seconds = compare(tmp_path, data_dir, "aa", "--baseline", "bf16", "--candidate", "bf16",
-                                 "--suites", "arc_easy,gsm8k", "--limit", "20")  # fmt: skip
+    code, run, seconds, output = pairs["aa"]
     print(summary(run, seconds))
-    assert code == 0
+    assert code == 0, output[-3000:]
     m = json.loads((run / "manifest.json").read_text())
     assert m["engine"] == "sglang" and m["engine_version"] == TESTED_VERSION
     for arm in ("baseline", "candidate"):
@@ -82,13 +129,12 @@ def test_aa_bf16_passes_on_real_sglang(data_dir: Path, tmp_path: Path) -> None:
     assert v["verdict"] == "PASS"
 
 
-def test_int4_weights_candidate_runs_on_real_sglang(data_dir: Path, tmp_path: Path) -> None:
+def test_int4_weights_candidate_runs_on_real_sglang(pairs: dict[str, Pair]) -> None:
     """bf16 against the Q4_0 weights (dequantized; SGLang has no weight-quantized CPU kernel
     without AMX): every item scored on both arms, a verdict either way."""
-    code, run, seconds = compare(tmp_path, data_dir, "int4", "--baseline", "bf16", "--candidate", "int4",
-                                 "--suites", "arc_easy,gsm8k", "--limit", "20")  # fmt: skip
+    code, run, seconds, output = pairs["int4"]
     print(summary(run, seconds))
-    assert code in (0, 1)
+    assert code in (0, 1), output[-3000:]
     m = json.loads((run / "manifest.json").read_text())
     assert m["launch"]["candidate"]["model"] == str(checkpoint_dir(default_root(), "int4"))
     assert m["launch"]["baseline"]["model"] == str(checkpoint_dir(default_root(), "bf16"))

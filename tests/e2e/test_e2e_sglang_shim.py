@@ -4,15 +4,14 @@ SGLang's own request models (marked e2e; skipped without `evalgate setup --parse
 
 SGLangEngine.launch starts the shim as if it were ``sglang.launch_server`` (settings.launch_command),
 so the real launch, readiness, server-info and scoring code runs; every number is llama-server's.
+The llama-server and the import check are session fixtures (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 
 from evalgate.config import SGLangConfig
 from evalgate.engines import ServerHandle
-from evalgate.engines.llamacpp import LlamaCppEngine, LlamaCppScorer
+from evalgate.engines.llamacpp import LlamaCppScorer
 from evalgate.engines.preflight import preflight
 from evalgate.engines.sglang import SGLangEngine
 from evalgate.variants import Variant, parse_variant
@@ -30,38 +29,11 @@ from tests.conftest import needs_models
 pytestmark = [pytest.mark.e2e, needs_models, pytest.mark.usefixtures("sglang_models")]
 
 
-@pytest.fixture(scope="module")
-def sglang_models() -> None:
-    """The shim validates with SGLang's own request models; they import in a child (torch and all)."""
-    code = "import sglang_shim_protocol as s; s.load_sglang(s.sglang_path())"
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=Path(__file__).resolve().parents[1] / "helpers",
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        pytest.skip(
-            f"SGLang's request models do not import (`evalgate setup --parsers`): {proc.stderr[-300:]}"
-        )
-
-
 SHIM = Path(__file__).resolve().parents[1] / "helpers" / "sglang_shim.py"
 ITEMS = (  # (context, choices): ARC-style, with the trailing-space split lm-eval does
     ("Question: Which is a source of light?\nAnswer:", [" the Sun", " a rock", " a shadow", " water"]),
     ("The opposite of cold is", [" hot", " blue"]),
 )
-
-
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
-    """One llama-server (F16 weights) for the whole module. llama-server refuses every slot action,
-    erase included, without --slot-save-path, and the shim's /flush_cache erases the slots."""
-    engine = LlamaCppEngine()
-    slots = tmp_path_factory.mktemp("slots")
-    spec = engine.launch_spec(Variant("bf16", args=(("--slot-save-path", str(slots)),)))
-    with engine.launch(spec, name="upstream", log_dir=tmp_path_factory.mktemp("llama")) as handle:
-        yield handle
 
 
 def sglang_engine(upstream: ServerHandle, tmp_path: Path) -> SGLangEngine:

@@ -1,5 +1,5 @@
-"""Attach mode (evalgate/engines/attach/) against scripted test doubles of each engine's HTTP API,
-plus one end-to-end run on a real llama-server started outside evalgate (marked e2e)."""
+"""Attach mode (evalgate/engines/attach/) against scripted test doubles of each engine's HTTP API;
+the run on a real llama-server started outside evalgate is tests/e2e/test_e2e_attach.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from aiohttp import web
 
@@ -32,7 +31,6 @@ from evalgate.engines.attach import (
 )
 from evalgate.errors import ConfigError, PreflightError, ServerStartError
 from evalgate.variants import Variant, parse_variant, require_only_quantization
-from tests.conftest import needs_models
 from tests.helpers.background import serving
 
 LLAMA_PROPS = {
@@ -413,62 +411,3 @@ def test_gpu_protocols_need_their_scorer_module(serve: Callable[..., Double], ki
         return
     with pytest.raises(ConfigError, match=f"needs evalgate.engines.{kind}"):
         engine.attach_info("baseline")
-
-
-# -- end to end: one real llama-server, started outside evalgate ---------------------------
-
-
-@pytest.mark.e2e
-@needs_models
-def test_sharded_arc_logliks_equal_direct_llamacpp(
-    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from evalgate.engines import free_port, run_process
-    from evalgate.engines.llamacpp import LlamaCppEngine, LlamaCppScorer, find_binary
-    from evalgate.suites import SuiteOptions, default_registry
-
-    model = LlamaCppEngine().launch_spec(parse_variant("bf16")).model
-    port, key = free_port(), "attach-e2e-key"
-    cmd = [str(find_binary()), "-m", model, "--host", "127.0.0.1", "--port", str(port), "--api-key", key]
-    cmd += ["-c", "4096", "-np", "2", "-t", "2", "--no-webui", "--jinja"]
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(url + "/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    options = SuiteOptions(data_dir=data_dir)
-    suite = default_registry().get("arc_easy")
-    items = suite.load(options, 6)
-    monkeypatch.setenv("EVALGATE_BASELINE_API_KEY", key)
-    with run_process(
-        cmd, name="outside", base_url=url, api_key=key, log_path=tmp_path / "s.log", ready=ready
-    ):
-        engine = ExternalEngine({"baseline": [url, f"http://localhost:{port}"], "candidate": [url]})
-        spec = engine.launch_spec(parse_variant("bf16"))
-        with engine.launch(spec, name="baseline", log_dir=tmp_path) as handle:
-            assert handle.info["protocol"] == "llamacpp" and key not in json.dumps(handle.info)
-            fp = handle.info["servers"][url]
-            assert fp["total_slots"] == 2 and fp["n_ctx_per_slot"] in (2048, 4096)
-
-            async def go() -> tuple[list[Any], list[Any]]:
-                sharded = engine.scorer(handle)
-                direct = LlamaCppScorer(handle, concurrency=2)
-                try:
-                    report = await preflight_all(sharded, server="baseline")
-                    assert {c["url"] for c in report.checks} == set(sharded.urls)
-                    ours = [(await suite.run(it, sharded, options)).response for it in items]
-                    theirs = [(await suite.run(it, direct, options)).response for it in items]
-                    return ours, theirs
-                finally:
-                    await sharded.aclose()
-                    await direct.aclose()
-
-            ours, theirs = asyncio.run(go())
-    for a, b in zip(ours, theirs, strict=True):
-        assert len(a) == len(b) >= 3 and all(abs(x[0] - y[0]) <= 0.02 for x, y in zip(a, b, strict=True)), (
-            a,
-            b,
-        )

@@ -34,7 +34,6 @@ from evalgate.suites.tool_calls import (
     tool_calls,
     tool_prefill,
 )
-from tests.conftest import needs_models
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tool_calls"
 
@@ -434,27 +433,3 @@ def test_run_reraises_other_failures() -> None:
     fx = fixture("valid_repeated_call")
     with pytest.raises(RequestFailed):
         asyncio.run(tool_calls().run(_item(fx), Down(), SuiteOptions()))  # type: ignore[arg-type]
-
-
-@pytest.mark.e2e
-@needs_models
-def test_tool_calls_pair_on_llamacpp(data_dir: Path, tmp_path: Path) -> None:
-    from importlib.resources import files
-
-    from evalgate.cli import main
-
-    template = files("evalgate.engines.llamacpp") / "templates" / "chatml_tools.jinja"
-    cfg = tmp_path / "evalgate.toml"
-    cfg.write_text(
-        "[variants.bf16]\nbase = 'bf16'\n"
-        f"args = {{ '--jinja' = true, '--chat-template-file' = '{template}' }}\n"
-    )
-    run = tmp_path / "run"
-    argv = ["compare", "--baseline", "bf16", "--candidate", "bf16", "--suites", "tool_calls", "--limit", "8"]
-    argv += ["--max-gen-tokens", "96", "--data-dir", str(data_dir), "--out", str(run), "--config", str(cfg)]
-    assert main(argv) == 0
-    verdict = json.loads((run / "verdict.json").read_text())
-    rows = {r["metric"]: r for r in verdict["suites"] if r["suite"] == "tool_calls"}
-    assert rows["valid"]["primary"] and rows["valid"]["n"] == 8 and "match" in rows
-    lines = (run / "items" / "tool_calls.baseline.jsonl").read_text().splitlines()
-    assert sum(1 for r in map(json.loads, lines) if r["response"]["tool_calls"]) >= 4  # the prefill works

@@ -1,4 +1,4 @@
-"""The load sweep against a scripted streaming stub on 127.0.0.1; one e2e run on llama-server.
+"""The load sweep against a scripted streaming stub on 127.0.0.1 (on llama-server: tests/e2e/test_e2e_bench.py).
 
 The stub (tests/helpers/throughput_stub.py) records what it was sent and how many requests it held at once,
 so the tests can check the generator's bounds (count, time, concurrency, targets) and its
@@ -31,7 +31,6 @@ from evalgate.throughput import (
     throughput_doc,
     write_throughput,
 )
-from tests.conftest import needs_models
 from tests.helpers.runs import SynthSuite, build_run
 from tests.helpers.throughput_stub import Script, Stub, stub_servers
 
@@ -298,25 +297,3 @@ def test_sglang_generator_runs_bench_serving_per_level(
     monkeypatch.setenv("PYTHONPATH", str(fake.parent))
     rows = run_levels(Target("b", "http://127.0.0.1:1", "k"), fast(generator="sglang"), [1, 2], "m")
     assert [(r["concurrency"], r["status"], r["ok"]) for r in rows] == [(1, "ok", 6), (2, "ok", 6)]
-
-
-@pytest.mark.e2e
-@needs_models
-def test_e2e_bench_on_llama_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "bench"
-    argv = ["bench", "--baseline", "bf16", "--candidate", "fp8kv", "--levels", "1,2", "--input-len", "16"]
-    code = main([*argv, "--output-len", "8", "--requests-per-level", "4", "--out", str(out)])
-    assert code == 0
-    doc = json.loads((out / "throughput.json").read_text())
-    for arm in ("baseline", "candidate"):
-        data = doc["arms"][arm]
-        # level 1 must complete; a busy machine may push level 2 past the queue timeout ("limit")
-        assert data["slots"] == 4 and data["levels"][0]["status"] == "ok"
-        assert all(r["status"] in ("ok", "limit") for r in data["levels"])
-        ok = [r for r in data["levels"] if r["status"] == "ok"]
-        assert all(r["ok"] >= 1 and r["output_tokens"] >= 8 * r["ok"] and r["output_tok_s"] > 0 for r in ok)
-        assert data["capacity"]["kv_tokens"] == 16384 and data["capacity"]["kv_mib"] > 0
-    assert doc["capacity"]["candidate"]["kv_types"] == "K q8_0, V q8_0"
-    assert doc["capacity"]["ratio"] > 1.5  # 8-bit KV: about twice the tokens per MiB
-    assert doc["levels"][0]["ratio"] is not None
-    assert "output tok/s by concurrency" in capsys.readouterr().out

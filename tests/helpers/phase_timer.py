@@ -1,0 +1,122 @@
+"""How long CI spends where: a pytest plugin that totals each test tier's time, and the table
+.ci/run prints at its end (install, setup, each test tier, lint).
+
+.ci/run loads the plugin with ``PYTEST_PLUGINS=tests.helpers.phase_timer`` and names the output
+file in ``EVALGATE_PHASE_TIMES``, so the README's pytest command runs as written; the plugin
+prints nothing (pytest's summary stays its last line) and does nothing without that variable.
+A test's tier is ``sglang_cpu`` if it has that marker, else ``e2e``, else ``fast``; its time is
+its setup, call and teardown (module fixtures count to the module's first test).
+
+Without pytest importable (.ci/run prints the table even when the install failed):
+``python3 -m tests.helpers.phase_timer PHASES_TSV [PYTEST_JSON]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
+
+ENV = "EVALGATE_PHASE_TIMES"
+TIERS = ("fast", "e2e", "sglang_cpu")
+
+
+class PhaseTimer:
+    """Per-tier totals of one session, written as JSON when it ends."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.start = time.monotonic()
+        self.collect_s = 0.0
+        self.tier_of: dict[str, str] = {}
+        self.tiers: dict[str, dict[str, Any]] = {
+            t: {"tests": 0, "seconds": 0.0, "passed": 0, "failed": 0, "skipped": 0} for t in TIERS
+        }
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.collect_s = time.monotonic() - self.start
+        for item in items:
+            marks = {m.name for m in item.iter_markers()}
+            self.tier_of[item.nodeid] = next((t for t in reversed(TIERS) if t in marks), "fast")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        row = self.tiers[self.tier_of.get(report.nodeid, "fast")]
+        row["seconds"] += report.duration
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            row[report.outcome] += 1
+            row["tests"] += 1
+        elif report.when == "teardown" and report.failed:
+            row["failed"] += 1
+
+    def pytest_sessionfinish(self, exitstatus: int) -> None:
+        doc = {
+            "exit": int(exitstatus),
+            "wall_s": round(time.monotonic() - self.start, 1),
+            "collect_s": round(self.collect_s, 1),
+            "tiers": {t: {**r, "seconds": round(r["seconds"], 1)} for t, r in self.tiers.items()},
+        }
+        self.out.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # taken out of the environment so that a pytest a test starts neither loads this nor overwrites the file
+    out = os.environ.pop(ENV, "")
+    os.environ.pop("PYTEST_PLUGINS", None)
+    if out and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(PhaseTimer(Path(out)), "evalgate-phase-timer")
+
+
+def _tier_rows(path: Path | None) -> list[tuple[str, str, float | None]]:
+    if path is None or not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    rows: list[tuple[str, str, float | None]] = [("", "  collection", doc["collect_s"])]
+    for tier, r in doc["tiers"].items():
+        if r["tests"]:
+            what = f"{r['passed']} passed, {r['failed']} failed, {r['skipped']} skipped"
+            rows.append(("", f"  {tier} tests ({what})", r["seconds"]))
+    return rows
+
+
+def phase_of(step: str) -> str:
+    """The phase a step of .ci/run belongs to, from its command."""
+    if "pytest" in step:
+        return "tests"
+    if "evalgate setup" in step:
+        return "setup"
+    if step.startswith(("ruff", "actionlint")):
+        return "lint"
+    return "install"
+
+
+def table(phases: Path, pytest_json: Path | None = None) -> str:
+    """One line per step (tab-separated: command, start, end, exit), the pytest step's tiers
+    under it, then each phase's total."""
+    rows: list[tuple[str, str, float | None]] = []
+    totals: dict[str, float] = {}
+    lines = phases.read_text().splitlines() if phases.is_file() else []
+    for line in lines:
+        step, start, end, code = line.split("\t")
+        seconds = float(end) - float(start)
+        phase = phase_of(step)
+        totals[phase] = totals.get(phase, 0.0) + seconds
+        rows.append((phase, step if code == "0" else f"{step}  [exit {code}]", seconds))
+        if phase == "tests":
+            rows += _tier_rows(pytest_json)
+    rows += [("", "", None)] + [(p, "total", s) for p, s in totals.items()]
+    rows.append(("all", "total", sum(totals.values())))
+    width = max(len(step) for _, step, _ in rows)
+    out = ["", "CI phases (wall seconds)", f"{'phase':<8} {'step':<{width}} {'seconds':>8}"]
+    for phase, step, seconds in rows:
+        out.append(f"{phase:<8} {step:<{width}} {seconds:>8.0f}" if seconds is not None else "")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(table(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None))
