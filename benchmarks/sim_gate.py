@@ -21,13 +21,14 @@ import functools
 import math
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from scipy import stats as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _gate_power as gp
 
 from evalgate import stats
 from evalgate.gate import GatePolicy, decide
@@ -207,24 +208,6 @@ def with_aa(
     return float(block.mean())
 
 
-def power_at_mde(
-    rng: np.random.Generator, reps: int, flips: float, level: Callable[[int], float]
-) -> list[tuple[int, float, float, float]]:
-    """Per target suite: (n, its MDE at ``level(tests)``, the accuracy row's power, the gate's block rate)
-    when that suite's true delta is its MDE and the other five are unchanged."""
-    out = []
-    tests = 2 * len(SIZES)
-    for t, n_t in enumerate(SIZES):
-        d = min(1.0, stats.mde(n_t, flips, alpha=level(tests)))
-        draws = [cells(rng, n, reps, flips=flips, delta=-d if i == t else 0.0) for i, n in enumerate(SIZES)]
-        ps = [midp(c[:, 1], c[:, 2]) for c in draws] + [
-            budget_p(c[:, 1] + c[:, 2], n) for c, n in zip(draws, SIZES, strict=True)
-        ]
-        adj = holm(np.column_stack(ps))
-        out.append((n_t, d, float((adj[:, t] < ALPHA).mean()), float((adj < ALPHA).any(axis=1).mean())))
-    return out
-
-
 def ni(rng: np.random.Generator, reps: int) -> dict[str, float]:
     margin, flips = 0.02, 0.10
     out = {}
@@ -308,6 +291,38 @@ def _f1(arm: str, i: int, value: float) -> Record:
     )  # fmt: skip
 
 
+def power_tables(
+    rng: np.random.Generator, reps: int, reps_graded: int, n_check: int, binary: bool = True
+) -> None:
+    """Power at the printed MDE (#29): binary rows through the whole gate under every policy, the
+    change drawn on top of the noise and replacing noise flips; graded and --repeats rows."""
+    sizes = ", ".join(map(str, gp.SIZES))
+    print(f"\nPower at the printed MDE: six suites of {sizes} items, agreement gate on; the MDE is the "
+          "one a no-change run prints from its own measured flips (mean shown), the change of that size "
+          "is drawn in one suite at a time, the other five unchanged.")  # fmt: skip
+    for policy in gp.POLICIES if binary else ():
+        for shape in ("on top", "replacing"):
+            print(f"\n| {policy}, change {shape} of the noise: suite n | noise | printed MDE (pt) | its row "
+                  "| whole gate BLOCK |\n|---|---|---|---|---|")  # fmt: skip
+            for f in gp.NOISES:
+                for n, d, row, block in gp.binary_power(rng, reps, n_check, policy, f, shape):
+                    print(f"| {n} | {f:.0%} | {d * 100:.2f} | {row:.3f} | {block:.3f} |")
+    graded_level = gp.graded_check(rng, gp.graded_draw)
+    repeats_level = gp.repeats_level(rng)
+    for name, draw, level in (
+        ("graded (F1-like)", gp.graded_draw, graded_level),
+        ("--repeats 4 (per-item means)", gp.repeats_draw, repeats_level),
+    ):
+        print(f"\n| {name}, difference, row at alpha {level:.3g}: suite n | noise | shape | printed MDE (pt) "
+              "| its row |\n|---|---|---|---|---|")  # fmt: skip
+        for n in gp.SIZES:
+            for f in gp.NOISES:
+                for shape in ("concentrated", "spread"):
+                    r = reps_graded if n < 10_000 else max(100, reps_graded // 3)
+                    d, pw = gp.sign_flip_power(rng, r, n, f, shape, draw, level)  # type: ignore[arg-type]
+                    print(f"| {n} | {f:.0%} | {shape} | {d * 100:.2f} | {pw:.3f} ({r} reps) |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
@@ -318,6 +333,10 @@ def main() -> None:
     ap.add_argument(
         "--skip-graded", action="store_true", help="skip the graded-metric scenario (the slowest)"
     )
+    ap.add_argument("--skip-power", action="store_true", help="skip power at the printed MDE (#29)")
+    ap.add_argument("--only-power", action="store_true", help="only power at the printed MDE (#29)")
+    ap.add_argument("--skip-binary", action="store_true", help="with --only-power: graded and --repeats only")
+    ap.add_argument("--reps-graded", type=int, default=500, help="replicates per graded / --repeats cell")
     args = ap.parse_args()
     rng, reps, se = np.random.default_rng(args.seed), args.reps, math.sqrt(ALPHA * (1 - ALPHA) / args.reps)
     t0 = time.perf_counter()
@@ -325,6 +344,10 @@ def main() -> None:
         f"six suites of {', '.join(map(str, SIZES))} items; alpha {ALPHA}; {reps} replicates; seed {args.seed}"
     )
     print(f"Monte Carlo standard error at a rate of {ALPHA}: {se:.4f}\n")
+    if args.only_power:
+        power_tables(rng, reps, args.reps_graded, args.check, binary=not args.skip_binary)
+        print(f"\nchecked against evalgate.gate.decide: all equal; {time.perf_counter() - t0:.0f} s")
+        return
     print("| A/A false BLOCK, no --aa (flip budget 5 %) | rate |\n|---|---|")
     for noise in (0.0, 0.01, 0.03, 0.05):
         print(f"| {noise:.0%} symmetric noise | {aa_false_block(rng, reps, noise, args.check):.4f} |")
@@ -336,15 +359,8 @@ def main() -> None:
     q8 = float((np.minimum(midp(c[:, 1], c[:, 2]), budget_p(c[:, 1] + c[:, 2], 14042)) * 2 < ALPHA).mean())
     print(f"\nQ8_0-like candidate (1.8 % real flips) on a server with 4 % noise, 14,042 items: BLOCK {q8:.3f} "
           f"without --aa (5.8 % flips against the 5 % budget), {q8_aa:.3f} with --aa")  # fmt: skip
-    for flips in (0.03, 0.10):
-        print(
-            f"\n| suite n | printed MDE (pt), flips {flips:.0%} | power of its row | gate BLOCK | before: MDE at alpha | its power |"
-        )
-        print("|---|---|---|---|---|---|")
-        new = power_at_mde(rng, reps, flips, lambda m: ALPHA / m)
-        old = power_at_mde(rng, reps, flips, lambda m: ALPHA)
-        for (n, d, pw, blk), (_, d0, pw0, _) in zip(new, old, strict=True):
-            print(f"| {n} | {d * 100:.1f} | {pw:.3f} | {blk:.3f} | {d0 * 100:.1f} | {pw0:.3f} |")
+    if not args.skip_power:
+        power_tables(rng, reps, args.reps_graded, args.check)
     ni_check(rng, args.check)
     print("\n| non-inferiority, margin 2 pt, 10 % flips | rate |\n|---|---|")
     for k, v in ni(rng, reps).items():

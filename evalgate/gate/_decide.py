@@ -8,8 +8,10 @@ What is tested at which level:
   so an UNDERPOWERED flag reflects the power the gate really has.
 - non-inferiority: PASS needs every suite non-inferior, an intersection-union test, so each
   primary row is tested on its own at one-sided alpha (its 1 - 2 alpha interval's lower bound
-  against -margin) with no multiplicity correction; only the agreement tests, which can block
-  on their own, share a Holm family.
+  against -margin) with no multiplicity correction; only the agreement tests and the
+  longest-length rows (a loss beyond the margin, gate/_lengths.py), which can block on their
+  own, share a Holm family. A graded row's bound keeps its level for sparse changes and counts
+  changes as whole flips when too few items differ (stats/_graded.py).
 
 Only each suite's primary metric can block; the other metrics are reported with their own
 (unadjusted) p-values.
@@ -74,7 +76,9 @@ def decide(
     # changed share is shown, not gated (its mean difference is the sign-flip row's job)
     flip_tests = [a for a in agreement if kind[a.suite] == "binary" or a.sampled is not None]
     unanswered = [a.unanswered for a in agreement if a.unanswered is not None]
-    lengths = lengths_for(per_suite, good, kind, sequential=sequential)  # long context: gate/_lengths.py
+    lengths = lengths_for(  # long context: gate/_lengths.py; under NI its longest-length row tests the margin
+        per_suite, good, kind, sequential=sequential, margin_for=policy.margin_for if ni else None
+    )
     trends = [s.trend for s in lengths if s.trend is not None and s.trend.gated]
     tests = (0 if ni else len(good)) + len(flip_tests) + len(unanswered) + len(trends)
     rows = _rows(per_suite, problems, kind, policy, level=policy.alpha / max(1, tests))

@@ -1,5 +1,9 @@
 """Planning a run's power before it starts: the items each suite needs for 80 % power at the
-level the gate will really test it at (``evalgate plan-power``)."""
+level the gate will really test it at (``evalgate plan-power``).
+
+The same model as the MDE a run prints (``stats.mde``): a change comes on top of the server's
+own flips, so a suite flipping at f has discordance f + d under a change of d, and the needed n
+and the MDE here are what a run's rows will report."""
 
 from __future__ import annotations
 

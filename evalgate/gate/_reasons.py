@@ -8,7 +8,7 @@ from evalgate.gate._lengths import SuiteLengths, trend_block_reason, trend_pass_
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 from evalgate.gate._rows import NOT_ESTIMABLE
-from evalgate.gate.agreement import AgreementRow
+from evalgate.gate.agreement import AgreementRow, sampled_excess_phrase
 
 __all__ = ["row_status", "verdict_from"]
 
@@ -119,6 +119,11 @@ def verdict_from(
         a = max(flips, key=lambda x: x.flip_rate)
         acc = next(r for r in family if r.suite == a.suite)
         what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
+        if a.sampled is not None and a.counts == "regressions":  # --repeats: the split regression excess
+            return out("BLOCK", (
+                f"{a.suite}: accuracy change not significant (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) "
+                f"but {sampled_excess_phrase(a)} > {a.sampled.margin * 100:.1f} pt, p = {a.p_adjusted:.2g}"
+            ))  # fmt: skip
         if a.sampled is not None:  # --repeats: the arms' disagreement beyond their own (repeats.py)
             sa = a.sampled
             return out("BLOCK", (

@@ -159,12 +159,15 @@ def _graded(suite: str, metric: str, b: np.ndarray, c: np.ndarray, policy: GateP
         b, c, n_resamples=RESAMPLES, alternative=policy.alternative,  # type: ignore[arg-type]
         rng=np.random.default_rng(stats.stable_seed("sign-flip", suite, metric)),
     )  # fmt: skip
-    ci = stats.paired_bootstrap(
-        b, c, n_resamples=RESAMPLES, confidence=policy.confidence,
-        rng=np.random.default_rng(stats.stable_seed("bootstrap", suite, metric)),
-    )  # fmt: skip
     sides = 2 if policy.alternative == "two-sided" else 1
     span = max(1.0, float(np.abs(np.concatenate([b, c])).max()))
+    # the interval keeps its level for sparse changes, and counts changes as whole flips when too
+    # few items differ to resample (non-inferiority tests its lower bound): stats/_graded.py
+    ci = stats.graded_diff_ci(
+        b, c, confidence=policy.confidence, span=span if min(b.min(), c.min()) >= 0 else 2 * span,
+        min_differing=MIN_DIFFERING, n_resamples=RESAMPLES,
+        rng=np.random.default_rng(stats.stable_seed("bootstrap", suite, metric)),
+    )  # fmt: skip
     differing, note = int((d != 0).sum()), ""
     if 2.0 ** -(n - 1 if sides == 2 else n) >= level:  # the smallest p the sign-flip test can reach
         mde = span
@@ -177,11 +180,24 @@ def _graded(suite: str, metric: str, b: np.ndarray, c: np.ndarray, policy: GateP
             ),
         )
     else:
-        sd = float(d.std(ddof=1)) if n > 1 else 0.0
-        mde = min(span, stats.mde_mean(n, sd, alpha=level, alternative=policy.alternative))  # type: ignore[arg-type]
+        # the noise's spread (root mean square, the sign-flip null's scale) plus what a loss
+        # concentrated on d / span items adds to it: stats.mde_mean states the model
+        rms = float(np.sqrt(np.mean(d * d)))
+        mde = min(span, stats.mde_mean(n, rms, span=span, alpha=level, alternative=policy.alternative))  # type: ignore[arg-type]
     return Row(
         suite=suite, metric=metric, primary=False, n=n, baseline=float(b.mean()), candidate=float(c.mean()),
         delta=float(d.mean()), n11=int((d == 0).sum()), n10=int((d < 0).sum()), n01=int((d > 0).sum()), n00=0,
         flips=float((d != 0).mean()), p_value=float(test.pvalue), ci_low=float(ci.low), ci_high=float(ci.high),
-        mde=mde, test="sign-flip", mde_alpha=level, reason=note,
+        mde=mde, test="sign-flip", mde_alpha=level, reason="; ".join(filter(None, [note, _flip_note(ci)])),
     )  # fmt: skip
+
+
+def _flip_note(ci: stats.GradedCI) -> str:
+    """What the row's reason says when its interval counts changes as whole flips."""
+    if ci.resampled:
+        return ""
+    return (
+        f"interval: Tango's score interval with each change counted as a whole flip, as for a binary suite "
+        f"(only {ci.differing} item(s) differ, too few to resample: needs {MIN_DIFFERING}), so a few "
+        "identical items never show non-inferiority"
+    )

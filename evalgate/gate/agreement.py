@@ -50,6 +50,7 @@ __all__ = [
     "flip_count",
     "no_answer",
     "noise_hint",
+    "sampled_excess_phrase",
     "unanswered",
     "unanswered_test",
 ]
@@ -92,7 +93,9 @@ class SampledAgreement:
     candidate_within: float
     excess: float
     """cross - (baseline_within + candidate_within) / 2: estimates the mean squared per-item
-    difference in the chance of being right."""
+    difference in the chance of being right. Under the regression policy: each same-seed regression
+    measured on the item's other repeats (net of their gains), unbiased for mean P(regression) x
+    the loss of chance, 0 at an A/A (``stats.sampled_excess_test``)."""
     margin: float
     p_exchange: float
     """Exact or Monte Carlo arm-swap test (H0: the arms are exchangeable)."""
@@ -219,12 +222,7 @@ def agreement_reason(a: AgreementRow, *, hint: str = NOISE_HINT) -> str:
     what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
     sa = a.sampled
     if sa is not None:
-        where = (
-            f"sampled {sa.k}x: the arms disagree on {sa.cross:.1%} of repeat pairs against {sa.baseline_within:.1%} "
-            f"(baseline) and {sa.candidate_within:.1%} (candidate) repeat to repeat: excess "
-            f"{sa.excess * 100:+.1f} pt, allowed {sa.margin * 100:.1f} pt ({a.budget_source}); same-seed "
-            f"{what.split()[-1]} {a.flips}/{a.n}"
-        )
+        where = sampled_excess_phrase(a, allowed=f", allowed {sa.margin * 100:.1f} pt ({a.budget_source})")
     elif a.aa_excess is not None and a.aa_flip_rate is not None:
         where = (
             f"{a.flip_rate:.1%} {what} ({a.flips}/{a.n}) against {a.aa_flip_rate:.1%} in the A/A pair on the "
@@ -237,6 +235,7 @@ def agreement_reason(a: AgreementRow, *, hint: str = NOISE_HINT) -> str:
     if a.significant:
         over = (
             "more than the budget" if a.aa_excess is None and sa is None
+            else "more regression than the margin allows" if sa is not None and a.counts == "regressions"
             else "more over the arms' own disagreement than the margin allows" if sa is not None
             else "more over the A/A rate than the margin allows"
         )  # fmt: skip
@@ -259,6 +258,26 @@ def agreement_reason(a: AgreementRow, *, hint: str = NOISE_HINT) -> str:
     if u.significant:
         return text + f", adjusted {u.p_adjusted:.3g}): the candidate leaves more items unanswered"
     return text + ")"
+
+
+def sampled_excess_phrase(a: AgreementRow, *, allowed: str = "") -> str:
+    """What a sampled row measured (``allowed`` follows its excess): the arms' disagreement against
+    their own, repeat to repeat, or under the regression policy the same-seed regressions measured
+    on the item's other repeats (a split estimate: the draw that finds a regression does not also
+    measure it, so an A/A's noise does not count)."""
+    sa = a.sampled
+    assert sa is not None
+    if a.counts == "regressions":
+        return (
+            f"sampled {sa.k}x: the candidate regressed on {a.flips}/{a.n} same-seed item-repeats; measured on "
+            f"the item's other repeats (net of gains there, a split estimate unbiased for the regression "
+            f"excess): excess {sa.excess * 100:+.1f} pt{allowed}"
+        )
+    return (
+        f"sampled {sa.k}x: the arms disagree on {sa.cross:.1%} of repeat pairs against {sa.baseline_within:.1%} "
+        f"(baseline) and {sa.candidate_within:.1%} (candidate) repeat to repeat: excess {sa.excess * 100:+.1f} pt"
+        f"{allowed}; same-seed flips {a.flips}/{a.n}"
+    )
 
 
 def changed(pair: Pair, metric: str, counts: str = "flips") -> bool:

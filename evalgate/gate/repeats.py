@@ -9,6 +9,15 @@ sign-flip test for a graded metric (``gate/_rows.py``); k = 1 stays McNemar.
 The agreement row of a sampled run cannot hold a fixed flip budget: two samples of one model
 disagree by chance. ``sampled_agreement_row`` tests instead whether the arms disagree with each
 other, repeat to repeat, more than each disagrees with itself (``stats.sampled_excess_test``).
+Under the regression policy a regression found on one repeat is measured on the item's other
+repeats (a split estimate): keeping the items where the baseline is ahead on the same draws that
+measure them would count an A/A's favourable noise as regression (+6.25 pt at k = 2 on an item
+right half the time, unshared draws).
+
+A sampled run without repeats (k = 1) has no repeat-to-repeat disagreement to compare with: its
+agreement row is the A/A arm's flips as the reference (``--aa``, ``agreement_row``'s paired excess
+test), and ``run/settle.py`` refuses it before launch otherwise (the fixed flip budget would count
+sampling disagreement as change).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from evalgate.engines import Engine, get_engine, require_input_files
 from evalgate.engines.attach import ExternalEngine, require_two_servers
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
+from evalgate.gate.agreement import DEFAULT_FLIP_BUDGET
 from evalgate.request import CompareRequest
 from evalgate.stats.sequential import shuffled
 from evalgate.store.manifest import Manifest, load_manifest
@@ -217,7 +218,7 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
 
 
 def _refuse_modes(req: CompareRequest, suites: list[Suite]) -> None:
-    """The combinations of --repeats, --sequential, --aa and the policy that a run refuses."""
+    """The combinations of --repeats, --sequential, --aa, sampling and the policy that a run refuses."""
     if req.repeats > 1:
         fixed = [s.name for s in suites if not s.samples]
         if fixed:
@@ -231,6 +232,16 @@ def _refuse_modes(req: CompareRequest, suites: list[Suite]) -> None:
                 "--sequential cannot be combined with --repeats",
                 fix="run the repeats as a full run (the per-item mean needs every repeat of an item)",
             )
+    sampled = [s.name for s in suites if s.samples] if (req.temperature or 0) > 0 else []
+    if sampled and req.repeats == 1 and req.agreement_gate and not req.aa and req.flip_budget is None:
+        raise ConfigError(  # the default 5 % budget would count sampling disagreement as change
+            f"--temperature {req.temperature:g} without --repeats: two samples of one model disagree by "
+            f"chance, and the agreement gate's fixed {DEFAULT_FLIP_BUDGET:.0%} flip budget would count that "
+            f"as change on {', '.join(sampled)} (a true A/A would block)",
+            fix="add --repeats 2 or more (the gate then tests the arms' disagreement beyond each arm's own, "
+            "repeat to repeat), or --aa (the A/A arm's flips become the reference)"
+            + (", and drop --sequential" if req.sequential else ""),
+        )
     if req.sequential and req.policy == "non-inferiority":
         raise ConfigError(
             "--sequential tests for a difference or a regression, not non-inferiority",

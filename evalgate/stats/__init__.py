@@ -27,6 +27,7 @@ from evalgate.stats._evalues import (
     sequential_futile,
     sequential_test,
 )
+from evalgate.stats._graded import GradedCI, graded_diff_ci
 from evalgate.stats._intervals import DiffCI, paired_diff_ci
 from evalgate.stats._margin import EXACT_LIMIT, ExcessTestResult, excess_test, tango_score
 from evalgate.stats._paired import McNemarResult, holm, mcnemar, mde, required_n
@@ -56,6 +57,7 @@ __all__ = [
     "BootstrapResult",
     "DiffCI",
     "ExcessTestResult",
+    "GradedCI",
     "McNemarResult",
     "PermutationResult",
     "SampledExcessResult",
@@ -69,6 +71,7 @@ __all__ = [
     "flip_budget_test",
     "flip_evalue",
     "flip_futile",
+    "graded_diff_ci",
     "holm",
     "mcnemar",
     "mde",

@@ -86,26 +86,53 @@ def mde(
     power: float = 0.8,
     alternative: Alternative = "two-sided",
 ) -> float:
-    """Minimum detectable |delta| for McNemar at the given power (Connor 1987, Biometrics 43:207).
+    """Minimum detectable |delta| for McNemar at the given power (Connor 1987, Biometrics 43:207),
+    for a change on top of the measured noise.
 
-    Solves n = [z_a sqrt(psi) + z_b sqrt(psi - d^2)]^2 / d^2 for d. A delta of d needs at least
-    d discordant pairs per item, so psi = max(flip_rate, d); with flip_rate 0 this is the
-    all-one-way case psi = d. Returns inf when no |delta| <= 1 is detectable (n below z_a^2).
+    Solves n = [z_a sqrt(psi) + z_b sqrt(psi - d^2)]^2 / d^2 for d with psi = flip_rate + d: the
+    server's own flips (``flip_rate``, half each way) stay, and a regression of d adds d one-way
+    flips on top of them. Taking psi = max(flip_rate, d), as if the change turned existing noise
+    flips one way, overstated the power at the MDE (0.46-0.72 instead of 0.80). With flip_rate 0
+    this is the all-one-way case psi = d. The binary case of ``mde_mean`` (its ``sd`` the square
+    root of the flip rate, ``span`` 1). Returns inf when no |delta| <= 1 is detectable.
     """
     n = check.count("n", n)
     flip_rate = check.prob("flip_rate", flip_rate, open_low=False, open_high=False)
     alpha, power = check.prob("alpha", alpha), check.prob("power", power)
+    z_a, z_b = _z(alpha, power, alternative)
+    return _solve_mde(n, flip_rate, 1.0, z_a, z_b)
+
+
+def _z(alpha: float, power: float, alternative: str) -> tuple[float, float]:
     two_sided = check.alternative(alternative) == "two-sided"
-    z_a = float(_st.norm.ppf(1 - (alpha / 2 if two_sided else alpha)))
-    z_b = float(_st.norm.ppf(power))
-    if n < _connor_n(1.0, flip_rate, z_a, z_b):
-        return math.inf
-    return float(optimize.brentq(lambda d: _connor_n(d, flip_rate, z_a, z_b) - n, 1e-9, 1.0, xtol=1e-12))
+    return float(_st.norm.ppf(1 - (alpha / 2 if two_sided else alpha))), float(_st.norm.ppf(power))
 
 
-def _connor_n(d: float, flip_rate: float, z_a: float, z_b: float) -> float:
-    psi = max(flip_rate, d)
+def _connor_n(d: float, second_moment: float, span: float, z_a: float, z_b: float) -> float:
+    """Items a test of the mean paired difference needs to detect a loss of ``d`` added on top of
+    noise whose per-item differences have ``second_moment`` (mean of squares), the loss taken as
+    concentrated on the fewest items it can be: d / span of them, each losing the whole ``span``.
+    That adds d * span to the second moment (d^2 (1 - q) / q to the variance for a share q), the
+    largest any shape of change of size d can add, so the power holds for every shape."""
+    psi = second_moment + d * span
     return (z_a * math.sqrt(psi) + z_b * math.sqrt(max(psi - d * d, 0.0))) ** 2 / (d * d)
+
+
+def _solve_mde(n: int, second_moment: float, span: float, z_a: float, z_b: float) -> float:
+    """The smallest d with ``_connor_n(d) <= n`` (it falls with d), inf when none up to
+    ``span``; with span 0 (a shift of every item) the closed form (z_a + z_b) sd / sqrt(n)."""
+    if n == 0:
+        return math.inf
+    if span == 0:
+        return (z_a + z_b) * math.sqrt(second_moment) / math.sqrt(n)
+    top = span  # a loss of more than the whole range is not a loss an item can have
+    if n < _connor_n(top, second_moment, span, z_a, z_b):
+        return math.inf
+    return float(
+        optimize.brentq(
+            lambda d: _connor_n(d, second_moment, span, z_a, z_b) - n, 1e-9 * top, top, xtol=1e-12 * top
+        )
+    )
 
 
 def required_n(
@@ -116,11 +143,11 @@ def required_n(
     power: float = 0.8,
     alternative: Alternative = "two-sided",
 ) -> int:
-    """Items McNemar needs to detect |delta| with ``power`` at ``alpha``: Connor's n, the inverse
-    of ``mde`` (``mde(required_n(d, f), f) <= d``), for planning a run before it starts."""
+    """Items McNemar needs to detect |delta| with ``power`` at ``alpha`` for a change on top of
+    the noise (discordance flip_rate + delta): Connor's n, the inverse of ``mde``
+    (``mde(required_n(d, f), f) <= d``), for planning a run before it starts."""
     delta = check.prob("delta", delta, open_high=False)
     flip_rate = check.prob("flip_rate", flip_rate, open_low=False, open_high=False)
     alpha, power = check.prob("alpha", alpha), check.prob("power", power)
-    two_sided = check.alternative(alternative) == "two-sided"
-    z_a = float(_st.norm.ppf(1 - (alpha / 2 if two_sided else alpha)))
-    return max(1, math.ceil(_connor_n(delta, flip_rate, z_a, float(_st.norm.ppf(power))) - 1e-9))
+    z_a, z_b = _z(alpha, power, alternative)
+    return max(1, math.ceil(_connor_n(delta, flip_rate, 1.0, z_a, z_b) - 1e-9))

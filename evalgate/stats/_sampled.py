@@ -14,8 +14,23 @@ Pairs with r == s are left out: they share a seed, so they are coupled, while r 
 independent draws. For 0/1 outcomes e_i = sum_{r != s} d_r d_s / (k (k - 1)) with d_r = b_r - c_r,
 the unbiased estimate of (p_b,i - p_c,i)^2 >= 0; it is 0 in expectation when the arms sample the
 same per-item probability, and for a deterministic item it is the flip indicator, so a margin on
-its mean reads like ``--aa``'s margin on excess flips. Under the regression policy an item counts
-only while the baseline is ahead on it (sum_r d_r > 0).
+its mean reads like ``--aa``'s margin on excess flips.
+
+Under the regression policy only the candidate's losses count, and an item's direction must not be
+read off the draws that then measure it: keeping the items with sum_r d_r > 0 selects the noise
+that favours the baseline (at an exact A/A with k = 2 and unshared draws, (p (1 - p))^2 per
+item: +6.25 pt at p = 0.5). The regression excess is split by repeat instead: a regression on
+repeat r (d_r = 1) is measured on every other repeat s of the item,
+
+    e_i = sum_{r != s} [d_r = 1] d_s / (k (k - 1)) = n+ (n+ - n- - 1) / (k (k - 1)),
+
+n+ and n- the item's same-seed regressions and improvements. Repeats r != s are independent draws,
+so E e_i = a_i delta_i exactly, a_i = P(d_r = 1) (a same-seed regression) and delta_i = p_b,i -
+p_c,i: 0 at an A/A, positive for a loss (at least delta_i^2, since a_i >= delta_i), never positive
+for a gain (an improvement never adds), the regression indicator for a deterministic item, and
+delta_i^2 on regressed items when the arms share every draw. It works from k = 2, where no split
+leaves two repeats to estimate delta_i^2 on: with two repeats, no unbiased estimate of a
+regression-only excess exists that is 0 at an A/A and ignores gains, and this one subtracts them.
 
 The test is one-sided, H1: mean e > margin, and blocks only when two tests agree (an
 intersection-union test; the p-value is the larger of the two):
@@ -50,7 +65,8 @@ class SampledExcessResult:
     """The sampled agreement test of one suite (means over items)."""
 
     estimate: float
-    """Mean excess e (cross-arm disagreement over the arms' own, repeat to repeat)."""
+    """Mean excess e (cross-arm disagreement over the arms' own, repeat to repeat); with
+    ``regressions``, the split estimate: same-seed regressions measured on the item's other repeats."""
     cross: float
     """Mean D: share of repeat pairs (r != s) on which the arms disagree."""
     within_x: float
@@ -80,10 +96,17 @@ def _validate(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _excess(d: np.ndarray, k: int, regressions: bool) -> np.ndarray:
-    """Per-item e from d (..., items, repeats): ((sum d)^2 - sum d^2) / (k (k - 1))."""
-    s = d.sum(axis=-1)
-    e = (s * s - (d * d).sum(axis=-1)) / (k * (k - 1))
-    return np.where(s > 0, e, 0.0) if regressions else e
+    """Per-item e from d (items, repeats): ((sum d)^2 - sum d^2) / (k (k - 1)), or under the
+    regression policy the split estimate n+ (sum d - 1) / (k (k - 1))."""
+    s, m = d.sum(axis=-1), (d * d).sum(axis=-1)
+    return _item_excess(s, m, k, regressions)
+
+
+def _item_excess(s: np.ndarray, m: np.ndarray, k: int, regressions: bool) -> np.ndarray:
+    """e from an item's signed sum s and count m of differing repeat pairs (n+ = (m + s) / 2)."""
+    if regressions:
+        return (m + s) / 2 * (s - 1) / (k * (k - 1))
+    return (s * s - m) / (k * (k - 1))
 
 
 def _disagreement(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -129,8 +152,9 @@ def _exchange_p(
     d: np.ndarray, stat: float, n: int, k: int, n_resamples: int, regressions: bool, rng: np.random.Generator
 ) -> tuple[float, str]:
     """P(mean e under random arm swaps >= observed). Only repeat pairs that differ can change:
-    with their signs s_i = sum of the item's signed differences, e_i = (s_i^2 - m_i) / (k (k - 1)),
-    m_i the item's differing pairs; items without one add 0 to every resampled mean."""
+    with their signs s_i = sum of the item's signed differences, e_i = (s_i^2 - m_i) / (k (k - 1))
+    (regressions: (m_i + s_i) / 2 (s_i - 1) / (k (k - 1))), m_i the item's differing pairs; items
+    without one add 0 to every resampled mean."""
     rows, cols = np.nonzero(d)
     if rows.size == 0:
         return 1.0, "exact"
@@ -141,9 +165,7 @@ def _exchange_p(
 
     def hits(signs: np.ndarray) -> int:
         s = np.add.reduceat(signs * values, starts, axis=1)
-        e = (s * s - m_i) / (k * (k - 1))
-        if regressions:
-            e = np.where(s > 0, e, 0.0)
+        e = _item_excess(s, m_i, k, regressions)
         return int((e.sum(axis=1) / n >= stat - tol).sum())
 
     m = rows.size

@@ -229,13 +229,13 @@ def test_run_folder_with_a_renamed_metric_exits_3(tmp_path) -> None:  # type: ig
 def test_mde_is_computed_at_the_level_holm_demands() -> None:
     from evalgate import stats
 
-    six = {f"s{i}": (["acc"], pairs(400, 10, 10, 580)) for i in range(6)}
+    six = {f"s{i}": (["acc"], pairs(800, 20, 20, 1160)) for i in range(6)}
     v = decide(six, policy=GatePolicy())
     assert len(v.agreement) == 6  # 12 tests: 6 accuracy rows + 6 agreement rows
     row = v.suites[0]
     assert row.mde_alpha == 0.05 / 12
-    assert row.mde == stats.mde(1000, 0.02, alpha=0.05 / 12)
-    assert row.mde > stats.mde(1000, 0.02, alpha=0.05)  # the plain-alpha MDE overstated power
+    assert row.mde == stats.mde(2000, 0.02, alpha=0.05 / 12)
+    assert row.mde > stats.mde(2000, 0.02, alpha=0.05)  # the plain-alpha MDE overstated power
     assert row.status == "pass" and v.verdict == "PASS"
     small = decide({"s": (["acc"], pairs(100, 3, 3, 94))}, policy=GatePolicy())
     r = small.suites[0]

@@ -118,6 +118,45 @@ def test_repeats_that_cannot_sample_are_refused(
     assert words in capsys.readouterr().err
 
 
+def _unshared(wrong_rate: float) -> Callable[[str, str, int], str]:
+    """Every arm draws its own noise (an engine that does not share seeds): right unless a draw
+    for (arm, prompt, seed) falls under ``wrong_rate``, the same rate on every arm (an A/A)."""
+
+    def sample(arm: str, prompt: str, seed: int) -> str:
+        draw = zlib.crc32(f"{arm}|{prompt}|{seed}".encode()) / 2**32
+        answer = _answers[prompt] if prompt in _answers else "0"
+        return f"The answer is {answer}.\n#### {answer if draw >= wrong_rate else -1}"
+
+    return sample
+
+
+def test_sampling_without_repeats_takes_the_aa_arms_flips_as_the_reference(
+    tmp_path: Path, data_dir: Path, use, gsm8k_answers, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """``--temperature 0.7`` at k = 1 on an A/A whose arms share no draws: far more than 5 % of the
+    answers flip by chance. With --aa the agreement row is the paired excess over the A/A arm's
+    flips and the A/A passes; without it the run is refused before launch, the fix named."""
+    engine = FakeEngine(sampled=_unshared(0.3))
+    code, out = _run(tmp_path, data_dir, use, engine, "--temperature", "0.7", "--aa")
+    verdict = json.loads((out / "verdict.json").read_text())
+    row = verdict["agreement"][0]
+    assert code == 0, verdict["reason"]
+    assert row["test"].startswith("paired excess over A/A") and row["status"] == "pass"
+    assert row["flip_rate"] > 0.05 and row["aa_flip_rate"] > 0.05  # the fixed budget would have blocked
+    assert {c.arm for c in engine.calls if c.kind == "generate" and c.temperature} == {
+        "baseline",
+        "candidate",
+        "aa",
+    }
+    capsys.readouterr()
+    code, out = _run(
+        tmp_path / "no-aa", data_dir, use, FakeEngine(sampled=_unshared(0.3)), "--temperature", "0.7"
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "without --repeats" in err and "--repeats 2 or more" in err and "--aa" in err
+    assert not (out / "manifest.json").exists()
+
+
 def test_pass_at_k_and_majority_on_known_records() -> None:
     """Two items, 3 repeats. Item a: baseline right 1 of 3 with the majority answer wrong; the
     candidate right 2 of 3. Item b: both arms wrong every time."""

@@ -109,6 +109,83 @@ def test_edge_cases() -> None:
         stats.sampled_excess_test(same, same, margin=1.5, rng=_rng())
 
 
+def _split_brute(x: np.ndarray, y: np.ndarray) -> float:
+    """The regression row's estimate by counting: per item, the mean over ordered repeat pairs
+    r != s of [repeat r regressed] times d_s (+1 regressed, -1 improved, 0 the same)."""
+    k = x.shape[1]
+    d = x - y
+    return float(np.mean([
+        np.mean([float(d[i, r] == 1) * d[i, s] for r in range(k) for s in range(k) if r != s])
+        for i in range(len(d))
+    ]))  # fmt: skip
+
+
+def _split_expectation(pb: float, pc: float, k: int, share: float, regressions: bool) -> float:
+    """Exact E mean e over every outcome of k repeats, each repeat's pair sharing one uniform with
+    probability ``share`` (then d = 1 iff pc <= u < pb) and drawing two otherwise."""
+    a = share * max(pb - pc, 0) + (1 - share) * pb * (1 - pc)  # P(d_r = +1)
+    b = share * max(pc - pb, 0) + (1 - share) * pc * (1 - pb)  # P(d_r = -1)
+    law = {1.0: a, -1.0: b, 0.0: 1 - a - b}
+    total = 0.0
+    for d in itertools.product(law, repeat=k):
+        x = np.array([[1.0 if v == 1 else 0.0 for v in d]])
+        y = np.array([[1.0 if v == -1 else 0.0 for v in d]])  # (x, y) realise d: only d enters e
+        est = stats.sampled_excess_test(x, y, margin=0.0, n_resamples=1, regressions=regressions, rng=_rng())
+        total += float(np.prod([law[v] for v in d])) * est.estimate
+    return total
+
+
+def test_the_regression_excess_is_a_split_count_of_repeat_pairs() -> None:
+    gen = _rng(4)
+    for _ in range(50):
+        n, k = int(gen.integers(1, 5)), int(gen.integers(2, 6))
+        x, y = (gen.integers(0, 2, (n, k)).astype(float) for _ in range(2))
+        res = stats.sampled_excess_test(x, y, margin=0.03, n_resamples=64, regressions=True, rng=_rng())
+        assert res.estimate == pytest.approx(_split_brute(x, y))
+
+
+@pytest.mark.parametrize(
+    ("pb", "pc", "k", "share"),
+    [(0.5, 0.5, 2, 0.0), (0.8, 0.8, 4, 0.85), (0.7, 0.4, 2, 0.0), (0.4, 0.7, 3, 0.5), (0.9, 0.2, 4, 0.85)],
+)
+def test_the_regression_excess_is_unbiased_and_zero_at_an_a_a(
+    pb: float, pc: float, k: int, share: float
+) -> None:
+    """E e = P(same-seed regression) x (pb - pc) exactly: 0 at an A/A whatever the sharing (the
+    old same-draw selection kept +6.25 pt at pb = pc = 0.5, k = 2, nothing shared), never positive
+    for a gain, and (pb - pc)^2 on a loss when every draw is shared."""
+    a = share * max(pb - pc, 0) + (1 - share) * pb * (1 - pc)
+    assert _split_expectation(pb, pc, k, share, regressions=True) == pytest.approx(a * (pb - pc), abs=1e-12)
+    if pb == pc:
+        old = 0.0  # the same-draw selection: items whose repeats favour the baseline, two-sided excess
+        for outcome in itertools.product((0.0, 1.0), repeat=2 * k):
+            b, c = np.array(outcome[:k]), np.array(outcome[k:])
+            w = np.prod([pb if v else 1 - pb for v in outcome])
+            s = float((b - c).sum())
+            old += w * (s * s - float(((b - c) ** 2).sum())) / (k * (k - 1)) * (s > 0)
+        assert share > 0 or old > 0.04  # the bias this replaces (6.25 pt at k = 2, 1.95 pt at k = 4)
+    assert _split_expectation(1.0, 0.0, k, share, regressions=True) == pytest.approx(1.0)  # deterministic
+    all_shared = _split_expectation(0.9, 0.2, k, 1.0, regressions=True)
+    assert all_shared == pytest.approx(0.49)  # every draw shared: delta^2
+
+
+def test_the_regression_exchange_p_value_enumerates_every_arm_swap() -> None:
+    x = np.array([[1, 1, 0], [1, 0, 1]], dtype=float)
+    y = np.array([[0, 0, 1], [1, 1, 1]], dtype=float)
+    observed = stats.sampled_excess_test(x, y, margin=0.0, regressions=True, rng=_rng())
+    stat = _split_brute(x, y)
+    differ = [(i, r) for i in range(2) for r in range(3) if x[i, r] != y[i, r]]
+    hits = 0
+    for swap in itertools.product((False, True), repeat=len(differ)):
+        u, v = x.copy(), y.copy()
+        for (i, r), s in zip(differ, swap, strict=True):
+            if s:
+                u[i, r], v[i, r] = y[i, r], x[i, r]
+        hits += _split_brute(u, v) >= stat - 1e-12
+    assert len(differ) == 4 and observed.method == "exact" and observed.estimate == pytest.approx(stat)
+    assert observed.p_exchange == pytest.approx(hits / 16) and 0 < hits < 16
+
+
 def _coupled(
     gen: np.random.Generator, p: np.ndarray, q: np.ndarray, k: int, share: float = 0.85
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -128,6 +205,28 @@ def test_false_block_rate_of_identical_sampled_arms_is_at_most_alpha() -> None:
         x, y = _coupled(gen, p, p, 4)
         blocks += stats.sampled_excess_test(x, y, margin=0.0, n_resamples=199, rng=gen).pvalue < alpha
     assert blocks / 200 <= alpha + 2 * np.sqrt(alpha * (1 - alpha) / 200)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_the_regression_row_holds_its_level_at_an_a_a_and_at_a_small_true_loss(k: int) -> None:
+    """Unshared draws (an engine without common seeds), 300 items: at an exact A/A the mean
+    estimate is 0 within its error and the strictest test (margin 0: the arm-swap test alone)
+    rejects at most alpha; with every item 7 pt worse (mean (p - p')^2 = 0.5 pt, the row's estimand
+    about 1.3 pt) the 3 pt margin holds (the same-draw selection rejected 8-11 % here)."""
+    gen, alpha, reps = _rng(20 + k), 0.05, 60
+    p = gen.beta(0.7, 0.5, 300)
+    worse = p - np.minimum(p, 0.073)
+    tol = alpha + 2 * np.sqrt(alpha * (1 - alpha) / reps)
+    for q, margin in ((p, 0.0), (worse, 0.03)):
+        rejects, estimates = 0, []
+        for _ in range(reps):
+            x, y = _coupled(gen, p, q, k, share=0.0)
+            res = stats.sampled_excess_test(x, y, margin=margin, n_resamples=199, regressions=True, rng=gen)
+            rejects += res.pvalue < alpha
+            estimates.append(res.estimate)
+        assert rejects / reps <= tol, (margin, rejects)
+        if margin == 0.0:
+            assert abs(np.mean(estimates)) < 3 * np.std(estimates) / np.sqrt(reps)
 
 
 def test_a_candidate_whose_per_item_chances_moved_blocks_and_one_at_the_margin_rarely_does() -> None:
@@ -189,6 +288,29 @@ def test_the_gate_blocks_an_excess_over_repeat_noise_and_passes_noise_alone() ->
     assert a.status == "block" and a.significant and v.verdict == "BLOCK", a.reason
     assert a.test.startswith("sampled excess") and "more over the arms' own disagreement" in a.reason
     assert "of repeat pairs against" in v.reason and "within each arm" in v.reason
+
+
+def test_the_regression_row_says_its_split_figure_and_blocks_a_real_loss() -> None:
+    """--policy regression: an A/A's row prints an excess near 0 (the same-draw selection printed
+    about +5 pt), and a candidate that lost a third of the items blocks with the split figure."""
+    gen = _rng(9)
+    p = gen.beta(0.7, 0.5, 200)
+    x, y = _coupled(gen, p, p, 2, share=0.0)
+    v = _decide(_pairs(x, y), policy="regression")
+    a = v.agreement[0]
+    assert a.counts == "regressions" and a.sampled is not None and abs(a.sampled.excess) < 0.03, a.reason
+    assert "measured on the item's other repeats" in a.reason and "split estimate" in a.reason
+    lost = np.where(np.arange(200)[:, None] < 70, 0.0, x)
+    v = _decide(_pairs(x, lost), policy="regression")
+    a = v.agreement[0]
+    assert a.significant and a.status == "block" and v.verdict == "BLOCK", a.reason
+    assert f"excess {a.sampled.excess * 100:+.1f} pt" in a.reason and a.sampled.excess > 0.1
+    flat = lost.copy()
+    flat[100:] = 1.0  # as many gains elsewhere: the accuracy row sees no loss, the agreement row blocks
+    v = _decide(_pairs(x, flat), policy="regression")
+    assert v.suites[0].status != "block" and v.agreement[0].significant and v.verdict == "BLOCK", v.reason
+    assert "accuracy change not significant" in v.reason
+    assert "measured on the item's other repeats" in v.reason
 
 
 def test_a_graded_metric_under_repeats_is_shown_not_gated() -> None:

@@ -52,6 +52,11 @@ CASES: dict[str, tuple[Callable[[], FakeEngine], list[str], str]] = {
         [*FAKE, "--suites", "gsm8k", "--repeats", "4", "--temperature", "0.7", "--sequential"],
         "--sequential cannot be combined with --repeats",
     ),
+    "sampling without repeats or --aa": (
+        FakeEngine,
+        [*FAKE, "--suites", "gsm8k", "--temperature", "0.7"],
+        "fix: add --repeats 2 or more",
+    ),
     "sequential with --aa": (
         FakeEngine,
         [*FAKE, "--suites", "gsm8k", "--sequential", "--aa"],
@@ -141,6 +146,25 @@ def test_dry_run_prints_the_sampling_the_run_sends(
     assert main([*argv, "--out", str(tmp_path / "run")]) in (0, 1)
     sent = [c for c in engine.calls if c.kind == "generate"]
     assert len(sent) == 2 * 3 * 4 and {c.temperature for c in sent} == {0.7}
+
+
+def test_sampling_without_repeats_is_refused_only_with_the_fixed_budget(
+    use: Use, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--temperature 0.7`` at k = 1: the fixed 5 % budget would count sampling disagreement as
+    change, so the run is refused (exit 2, the fix named); with --aa (the A/A arm's flips are the
+    reference), an explicit --flip-budget, --no-agreement-gate, or a suite that does not sample it runs."""
+    use(FakeEngine())
+    base = ["compare", *FAKE, "--data-dir", str(data_dir), "--limit", "3", "--skip-kernel-check", "--dry-run"]
+    assert main([*base, "--suites", "gsm8k", "--temperature", "0.7"]) == 2
+    err = capsys.readouterr().err
+    assert "--temperature 0.7 without --repeats" in err and "fixed 5% flip budget" in err, err
+    assert "--repeats 2 or more" in err and "--aa" in err
+    for flags in (["--aa"], ["--flip-budget", "0.3"], ["--no-agreement-gate"], ["--repeats", "2"]):
+        assert main([*base, "--suites", "gsm8k", "--temperature", "0.7", *flags]) == 0, flags
+    assert main([*base, "--suites", "arc_easy", "--temperature", "0.7"]) == 0  # log-likelihood: no sampling
+    assert main([*base, "--suites", "gsm8k", "--temperature", "0"]) == 0  # greedy
+    capsys.readouterr()
 
 
 def test_an_engine_is_registered_for_a_block_only() -> None:
