@@ -80,6 +80,7 @@ def test_each_part_and_tier_is_timed_after_pytests_own_summary(tmp_path: Path) -
         assert row in table, (row, table)
     totals = [line.split()[0] for line in lines if " total " in line]
     assert totals == ["install", "tests", "lint", "all"]
+    assert lines[-1] == "tests: 3 passed, 0 failed, 0 skipped"  # the plain closing line CI reads
 
 
 @pytest.mark.parametrize(("tests", "code"), [("empty", 5), ("t", 1)])

@@ -4,6 +4,8 @@
 .ci/run loads the plugin with ``PYTEST_PLUGINS=tests.helpers.phase_timer`` and names the output
 file in ``EVALGATE_PHASE_TIMES``, so the README's pytest command runs as written; the plugin
 prints nothing (pytest's summary stays its last line) and does nothing without that variable.
+The table ends with the counts as one plain line (``tests: N passed, N failed, N skipped``), so
+the closing line of CI's output still says how many tests ran.
 A test's tier is ``sglang_cpu`` if it has that marker, else ``e2e``, else ``fast``; its time is
 its setup, call and teardown (module fixtures count to the module's first test).
 
@@ -115,6 +117,10 @@ def table(phases: Path, pytest_json: Path | None = None) -> str:
     out = ["", "CI phases (wall seconds)", f"{'phase':<8} {'step':<{width}} {'seconds':>8}"]
     for phase, step, seconds in rows:
         out.append(f"{phase:<8} {step:<{width}} {seconds:>8.0f}" if seconds is not None else "")
+    if pytest_json is not None and pytest_json.is_file():  # the closing line CI reads for the counts
+        tiers = json.loads(pytest_json.read_text())["tiers"].values()
+        n = {k: sum(r[k] for r in tiers) for k in ("passed", "failed", "skipped")}
+        out += ["", f"tests: {n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped"]
     return "\n".join(out)
 
 
