@@ -292,7 +292,12 @@ def _f1(arm: str, i: int, value: float) -> Record:
 
 
 def power_tables(
-    rng: np.random.Generator, reps: int, reps_graded: int, n_check: int, binary: bool = True
+    rng: np.random.Generator,
+    reps: int,
+    reps_graded: int,
+    n_check: int,
+    binary: bool = True,
+    graded: bool = True,
 ) -> None:
     """Power at the printed MDE (#29): binary rows through the whole gate under every policy, the
     change drawn on top of the noise and replacing noise flips; graded and --repeats rows."""
@@ -307,6 +312,8 @@ def power_tables(
             for f in gp.NOISES:
                 for n, d, row, block in gp.binary_power(rng, reps, n_check, policy, f, shape):
                     print(f"| {n} | {f:.0%} | {d * 100:.2f} | {row:.3f} | {block:.3f} |")
+    if not graded:
+        return
     graded_level = gp.graded_check(rng, gp.graded_draw)
     repeats_level = gp.repeats_level(rng)
     for name, draw, level in (
@@ -331,7 +338,9 @@ def main() -> None:
         "--check", type=int, default=3, help="replicates per scenario rebuilt and run through decide"
     )
     ap.add_argument(
-        "--skip-graded", action="store_true", help="skip the graded-metric scenario (the slowest)"
+        "--skip-graded",
+        action="store_true",
+        help="skip the graded-metric scenario (the slowest); with --only-power: binary rows only",
     )
     ap.add_argument("--skip-power", action="store_true", help="skip power at the printed MDE (#29)")
     ap.add_argument("--only-power", action="store_true", help="only power at the printed MDE (#29)")
@@ -345,7 +354,8 @@ def main() -> None:
     )
     print(f"Monte Carlo standard error at a rate of {ALPHA}: {se:.4f}\n")
     if args.only_power:
-        power_tables(rng, reps, args.reps_graded, args.check, binary=not args.skip_binary)
+        power_tables(rng, reps, args.reps_graded, args.check, binary=not args.skip_binary,
+                     graded=not args.skip_graded)  # fmt: skip
         print(f"\nchecked against evalgate.gate.decide: all equal; {time.perf_counter() - t0:.0f} s")
         return
     print("| A/A false BLOCK, no --aa (flip budget 5 %) | rate |\n|---|---|")
