@@ -198,6 +198,11 @@ class CompareRequest(BaseModel):
     flip_budget: Annotated[float | None, Flag(default_text="A/A + 0.03 with --aa, else 0.05")] = Field(
         None, description="tolerated flip rate"
     )
+    drift_budget: Annotated[str | None, Flag(metavar="kld=X,ppl=Y%", default_text="kld=0.01,ppl=2%")] = Field(
+        None,
+        description="drift suites: the mean per-token KL (nats) and the perplexity ratio (1 + Y) a candidate "
+        "may show; each is gated on its one-sided upper bound ([suites.drift] kld_budget, ppl_margin)",
+    )
     with_throughput: bool = Field(
         False,
         description="also load-sweep each arm after its suites: output tok/s, TTFT, ITL per concurrency and "

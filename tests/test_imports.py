@@ -67,6 +67,7 @@ LAZY: dict[tuple[str, str], str] = {
         "evalgate.suites._lmeval",
         "datasets",
     ): "datasets (with pyarrow) loads when a suite first reads its data",
+    ("evalgate.suites.drift", "datasets"): "the Hub's GSM8K train split, only without --data-dir",
 }
 """(importer, imported module) -> why that import sits inside a function."""
 

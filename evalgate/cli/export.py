@@ -17,8 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser(
         "export",
         help="write a run's items, pairs and verdict rows as parquet or CSV (evalgate.load_run's tables)",
-        description="Write items.<fmt> (one row per item per arm), pairs.<fmt> (one row per paired item) "
-        "and verdict.<fmt> (one row per gate row) from a run folder; see evalgate.report.frames for the columns.",
+        description="Write items.<fmt> (one row per item per arm), pairs.<fmt> (one row per paired item), "
+        "verdict.<fmt> (one row per gate row) and, for a drift suite, drift.<fmt> (one row per document per "
+        "pair of arms) from a run folder; see evalgate.report.frames for the columns.",
     )
     p.add_argument("run_dir", type=Path, help="a run folder (reports/<run-id>)")
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="(default: parquet)")
@@ -33,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {out} is a file", fix="give a folder")
     out.mkdir(parents=True, exist_ok=True)
     tables = {"items": frames.items(), "pairs": frames.pairs(), "verdict": frames.verdict()}
+    if len(drift := frames.drift()):  # a drift suite's documents per pair of arms
+        tables["drift"] = drift
     console = Console(width=None if Console().is_terminal else 120)
     for name, frame in tables.items():
         path = out / f"{name}.{args.format}"

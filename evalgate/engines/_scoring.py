@@ -15,21 +15,25 @@ import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from itertools import pairwise
 from typing import Any, ClassVar
 
 from evalgate.engines._launcher import ServerHandle
-from evalgate.engines.api import LogLik, Scorer, Split
+from evalgate.engines.api import LogLik, Position, Scorer, Split
 from evalgate.engines.client import HttpClient, RetryPolicy
 from evalgate.errors import InvalidResponse, PreflightError
 
 __all__ = [
     "LOGPROB_TOLERANCE",
+    "TOP_TOLERANCE",
     "BatchScorer",
     "TokenCache",
     "check_chat",
     "check_logprob",
+    "check_positions",
     "completion_result",
     "first_choice",
+    "forced_split",
     "invalid",
     "lm_eval_split",
     "parsing",
@@ -109,6 +113,80 @@ def check_logprob(value: Any, server: str, what: str) -> float:
     if not math.isfinite(v) or v > LOGPROB_TOLERANCE:
         raise invalid(server, f"answered a logprob of {v!r} for {what}: not a finite number <= 0")
     return v
+
+
+TOP_TOLERANCE = 1e-3
+"""How far a top list may be out of order, or the forced token's logprob from its own entry in
+the list (float32 rounding on the server); more is not one distribution."""
+
+
+def forced_split(tokens: Sequence[int], start: int, top_k: int) -> tuple[list[int], list[int]]:
+    """(context, forced) of a teacher-forcing request: ``tokens[:start]`` and ``tokens[start:]``.
+    ``start >= 1`` (the first token has no context to be scored from) and ``top_k >= 1``; a bad
+    value is the caller's mistake (ValueError), never the server's."""
+    if start < 1 or start > len(tokens):
+        raise ValueError(f"start={start} is outside 1..{len(tokens)} for {len(tokens)} tokens")
+    if top_k < 1:
+        raise ValueError(f"top_k={top_k} must be at least 1")
+    return [int(t) for t in tokens[:start]], [int(t) for t in tokens[start:]]
+
+
+def _token_id(value: Any, server: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(server, f"answered a token id of {_show(value)} for {what}")
+    return value
+
+
+def check_positions(
+    answered: Sequence[tuple[Any, Any, Any]], forced: Sequence[int], server: str, *, top_k: int
+) -> list[Position]:
+    """Teacher-forced positions as a server answered them, each ``(token id or None when the
+    answer does not say, logprob of the forced token, [(id, logprob), ...] best first)``, checked
+    and turned into ``Position``s; anything else is an InvalidResponse naming ``server``.
+
+    One entry per forced token, the id (when given) the one forced; every logprob a finite number
+    <= 0; exactly ``top_k`` alternatives with whole-number ids, no id twice, most likely first,
+    their probabilities summing to at most 1; and the forced token's logprob the same as its own
+    entry in the list, or no higher than the last entry when it is not listed (a server that left
+    it at a default such as 0 for a token outside the top k)."""
+    if len(answered) != len(forced):
+        raise invalid(server, f"returned {len(answered)} positions for {len(forced)} forced tokens")
+    out: list[Position] = []
+    for i, (want, (got, logprob, top)) in enumerate(zip(forced, answered, strict=True)):
+        what = f"forced token {want} at position {i}"
+        if got is not None and _token_id(got, server, what) != want:
+            raise invalid(server, f"answered token {got} at position {i} where {want} was forced")
+        lp = check_logprob(logprob, server, what)
+        if not isinstance(top, (list, tuple)) or len(top) != top_k:
+            shown = len(top) if isinstance(top, (list, tuple)) else _show(top)
+            raise invalid(server, f"answered {shown} alternatives at position {i} where {top_k} were asked")
+        with parsing(server, f"the alternatives at position {i}"):
+            pairs = tuple(
+                (
+                    _token_id(t, server, f"an alternative at position {i}"),
+                    check_logprob(v, server, f"token {t}"),
+                )
+                for t, v in top
+            )
+        ids = [t for t, _ in pairs]
+        if len(set(ids)) != len(ids):
+            raise invalid(server, f"listed a token twice among the alternatives at position {i}")
+        values = [v for _, v in pairs]
+        if any(b > a + TOP_TOLERANCE for a, b in pairwise(values)):
+            raise invalid(server, f"answered alternatives out of order at position {i}")
+        if math.fsum(math.exp(v) for v in values) > 1 + TOP_TOLERANCE:
+            raise invalid(server, f"answered alternatives whose probabilities sum above 1 at position {i}")
+        listed = dict(pairs).get(want)
+        if (listed is not None and abs(listed - lp) > TOP_TOLERANCE) or (
+            listed is None and lp > values[-1] + TOP_TOLERANCE
+        ):
+            raise invalid(
+                server,
+                f"answered a logprob of {lp!r} for {what} that disagrees with its alternatives "
+                "(not one distribution)",
+            )
+        out.append((lp, pairs))
+    return out
 
 
 def first_choice(data: Any, server: str, path: str) -> dict[str, Any]:

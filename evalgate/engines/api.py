@@ -18,14 +18,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evalgate.engines._launcher import ServerHandle, flags
+from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["AttachDialect", "Engine", "Get", "LogLik", "Scorer", "ServerHandle", "Split"]
+__all__ = ["AttachDialect", "Engine", "Get", "LogLik", "Position", "Scorer", "ServerHandle", "Split"]
 
 LogLik = tuple[float, bool, int]
 """(sum logprob of the continuation, every token greedy, number of continuation tokens)."""
 Split = tuple[list[int], list[int]]
 """(context token ids, continuation token ids)."""
+Position = tuple[float, tuple[tuple[int, float], ...]]
+"""One teacher-forced position: (logprob of the token that is there, the model's top-k
+(token id, logprob) pairs at it, most likely first). The drift suite compares them across arms."""
 
 
 class Scorer(Protocol):
@@ -41,6 +45,17 @@ class Scorer(Protocol):
         """Every continuation of one context (a question's choices); engines that score them in one
         request (SGLang, vLLM) override this, the default scores them one by one, concurrently."""
         return list(await asyncio.gather(*(self.loglikelihood(context, c) for c in continuations)))
+
+    async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
+        """Teacher forcing: for each i in ``range(start, len(tokens))`` (``start >= 1``), the model's
+        next-token distribution given ``tokens[:i]``: the logprob of ``tokens[i]`` and the top
+        ``top_k`` alternatives, read from the model's logits (never a grammar- or sampler-masked
+        distribution). Each engine checks its answer where it reads it (``engines._scoring``).
+        The default refuses: an engine that cannot teacher-force cannot run the drift suite."""
+        raise ConfigError(
+            f"{type(self).__name__} cannot return teacher-forced token distributions",
+            fix="drop the drift suite from --suites for this engine",
+        )
 
     async def generate(
         self,

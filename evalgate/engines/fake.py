@@ -6,7 +6,9 @@ It answers from a script, per arm: ``answer(arm, prompt)`` gives the text of eve
 and chat reply (None: the request fails after retries, as an overloaded server's would; raising
 stops the run, as a kill would), and ``logprob(arm, context, continuation)`` scores every
 continuation. The default script answers ``"fake"`` and prefers shorter continuations, which
-passes the preflight. Launches, grouped by the servers up at the same time, and every request
+passes the preflight. ``token_distributions`` answers a pseudo-distribution over a small
+vocabulary drawn from a hash of the prefix (the same on every arm, in every process), which
+``drift(arm)`` perturbs by a known amount per arm. Launches, grouped by the servers up at the same time, and every request
 are recorded, so a test can say which arms ran together and which items each server was asked.
 
 It stands in for the loop's bookkeeping only (resume, errors, --aa, sequential stops, concurrent
@@ -16,13 +18,16 @@ arms, sharding over URLs); the end-to-end tests prove the real engines.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from evalgate.engines._launcher import ServerHandle
-from evalgate.engines.api import Engine, LogLik, Scorer
+from evalgate.engines.api import Engine, LogLik, Position, Scorer
 from evalgate.engines.attach import ShardedScorer
 from evalgate.engines.client import RequestFailed
 from evalgate.variants import LaunchSpec, Variant
@@ -33,6 +38,13 @@ Answer = Callable[[str, str], "str | None"]
 """(arm, prompt) -> the reply text; None: the request fails (RequestFailed)."""
 LogProb = Callable[[str, str, str], float]
 """(arm, context, continuation) -> the continuation's log-probability."""
+Drift = Callable[[str], float]
+"""arm -> the scale of the noise added to its logits at every position (0: the shared model)."""
+
+FAKE_VOCAB = 256
+"""Token ids 0..255 share the fake model's probability; any other id is an unknown token."""
+UNKNOWN_LOGPROB = -30.0
+"""The logprob of a token outside the fake vocabulary (below every listed one)."""
 
 
 class FakeCall(NamedTuple):
@@ -41,7 +53,7 @@ class FakeCall(NamedTuple):
     arm: str
     url: str
     kind: str
-    """'loglikelihood', 'generate' or 'chat'."""
+    """'loglikelihood', 'generate', 'chat' or 'token_distributions' (prompt: the ids, comma-joined)."""
     prompt: str
     seed: int | None = None
     """A generation's sampling seed (common random numbers: the same on both arms per repeat)."""
@@ -50,6 +62,33 @@ class FakeCall(NamedTuple):
 
 def fake_answer(arm: str, prompt: str) -> str | None:
     return "fake"
+
+
+def no_drift(arm: str) -> float:
+    return 0.0
+
+
+def fake_logprobs(digest: bytes, arm: str, drift: float) -> np.ndarray:
+    """Log-softmax over ``FAKE_VOCAB`` of logits seeded by ``digest`` (the prefix's), plus noise
+    of scale ``drift`` seeded by the digest and the arm: a pure function, stable across processes."""
+    logits = np.random.default_rng(int.from_bytes(digest[:8], "big")).standard_normal(FAKE_VOCAB) * 3.0
+    if drift:
+        noise = hashlib.sha256(digest + arm.encode()).digest()
+        logits = logits + drift * np.random.default_rng(int.from_bytes(noise[:8], "big")).standard_normal(
+            FAKE_VOCAB
+        )
+    shifted = logits - logits.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def prefix_digests(tokens: Sequence[int]) -> Iterator[bytes]:
+    """The digest of ``tokens[:i]`` for i = 0, 1, ..., len(tokens): a hash chain (hashlib, not
+    ``hash()``, so every process agrees)."""
+    digest = hashlib.sha256(b"evalgate-fake").digest()
+    yield digest
+    for t in tokens:
+        digest = hashlib.sha256(digest + int(t).to_bytes(8, "big", signed=True)).digest()
+        yield digest
 
 
 def shorter_is_likelier(arm: str, context: str, continuation: str) -> float:
@@ -79,6 +118,25 @@ class FakeScorer(Scorer):
     async def loglikelihood(self, context: str, continuation: str) -> LogLik:
         self.engine.calls.append(FakeCall(self.arm, self.url, "loglikelihood", context + continuation))
         return self.engine.logprob(self.arm, context, continuation), False, max(1, len(continuation.split()))
+
+    async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
+        """Teacher forcing against the fake model (``fake_logprobs``): per position from ``start``,
+        the forced token's logprob (``UNKNOWN_LOGPROB`` outside the vocabulary) and the top
+        ``top_k`` (at most ``FAKE_VOCAB``), the arm's ``drift`` applied."""
+        if start < 1 or start > len(tokens) or top_k < 1:
+            raise ValueError(f"start={start}, top_k={top_k} for {len(tokens)} tokens")
+        self.engine.calls.append(FakeCall(self.arm, self.url, "token_distributions", _ids_text(tokens)))
+        scale = self.engine.drift(self.arm)
+        out: list[Position] = []
+        for i, digest in enumerate(prefix_digests(tokens[: len(tokens) - 1])):
+            if i < start:
+                continue
+            lps = fake_logprobs(digest, self.arm, scale)
+            best = np.argsort(-lps, kind="stable")[: min(top_k, FAKE_VOCAB)]
+            tok = int(tokens[i])
+            forced = float(lps[tok]) if 0 <= tok < FAKE_VOCAB else UNKNOWN_LOGPROB
+            out.append((forced, tuple((int(t), float(lps[t])) for t in best)))
+        return out
 
     async def generate(
         self,
@@ -148,6 +206,8 @@ class FakeEngine(Engine):
 
     answer: Answer = fake_answer
     logprob: LogProb = shorter_is_likelier
+    drift: Drift = no_drift
+    """arm -> noise scale on its token distributions (``fake_logprobs``); 0 on every arm by default."""
     sampled: Callable[[str, str, int], str | None] | None = None
     """(arm, prompt, seed) -> the reply to a generation sampled at temperature > 0; None: ``answer``."""
     reasoning: Callable[[str, str], str | None] | None = None
@@ -212,3 +272,7 @@ class FakeEngine(Engine):
 
     def _urls(self, arm: str) -> list[str]:
         return [f"{arm}/{i}" for i in range(self.urls)] if self.urls > 1 else [arm]
+
+
+def _ids_text(tokens: Sequence[int]) -> str:
+    return ",".join(str(int(t)) for t in tokens)

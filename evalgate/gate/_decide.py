@@ -36,6 +36,7 @@ from evalgate.gate.agreement import (
     agreement_reason,
     agreement_row,
 )
+from evalgate.gate.drift import DriftRow, check_drift, drift_for, drift_status
 from evalgate.gate.repeats import sampled_agreement_row
 from evalgate.store.records import Pair
 
@@ -65,6 +66,13 @@ def decide(
         return Verdict("ERROR", policy.alpha, policy.policy, "no suites to compare: the family is empty")
     kind = {s: (kinds or {}).get(s, "binary") for s in per_suite}
     problems = _problems(per_suite, aa_pairs, kind)
+    drift = [
+        drift_for(s, per_suite[s][1], budget=policy.drift_budget, alpha=policy.alpha,
+                  aa_pairs=None if aa_pairs is None else aa_pairs.get(s, ()))
+        for s in per_suite if kind[s] == "drift" and s not in problems
+    ]  # fmt: skip
+    drift_rows = [r for d in drift for r in d.rows if r.gated]
+    per_suite = {s: v for s, v in per_suite.items() if kind[s] != "drift" or s in problems}
     good = [s for s in per_suite if s not in problems]
     aa = _aa_rows(per_suite, good, aa_pairs, kind, policy) if aa_pairs is not None else None
     agreement = _agreement(per_suite, good, aa_pairs, policy, sampled or {}) if policy.agreement_gate else []
@@ -80,15 +88,15 @@ def decide(
         per_suite, good, kind, sequential=sequential, margin_for=policy.margin_for if ni else None
     )
     trends = [s.trend for s in lengths if s.trend is not None and s.trend.gated]
-    tests = (0 if ni else len(good)) + len(flip_tests) + len(unanswered) + len(trends)
+    tests = (0 if ni else len(good) + len(drift_rows)) + len(flip_tests) + len(unanswered) + len(trends)
     rows = _rows(per_suite, problems, kind, policy, level=policy.alpha / max(1, tests))
     for row in rows:
         if row.primary and sequential and row.suite in sequential and row.status != "error":
             row.p_value = float(sequential[row.suite].pvalue)
             row.sequential = sequential[row.suite].to_dict()
     gated = [r for r in rows if r.primary and r.status not in ("error", "missing")]
-    family: list[Row | AgreementRow | UnansweredTest | LengthTrend] = [
-        *([] if ni else gated),
+    family: list[Row | AgreementRow | UnansweredTest | LengthTrend | DriftRow] = [
+        *([] if ni else [*gated, *drift_rows]),
         *flip_tests,
         *unanswered,
         *trends,
@@ -111,8 +119,10 @@ def decide(
     for section in lengths:
         if section.trend is not None:
             trend_status(section.trend, alpha=policy.alpha)
-    verdict = verdict_from(rows, agreement, policy, tests=tests, lengths=lengths)
-    verdict.agreement, verdict.aa, verdict.lengths = agreement, aa, lengths
+    for r in drift_rows:
+        drift_status(r, non_inferiority=ni, alpha=policy.alpha)
+    verdict = verdict_from(rows, agreement, policy, tests=tests, lengths=lengths, drift=drift)
+    verdict.agreement, verdict.aa, verdict.lengths, verdict.drift = agreement, aa, lengths, drift
     if problems:
         verdict.verdict, verdict.reason = "ERROR", "; ".join(problems.values())
     if aa and any(r.significant for r in aa):
@@ -125,13 +135,16 @@ def _problems(
     per_suite: PerSuite, aa_pairs: Mapping[str, Sequence[Pair]] | None, kind: Mapping[str, str]
 ) -> dict[str, str]:
     out = {}
+
+    def check(suite: str, metric: str, these: Sequence[Pair], **kw: Any) -> str | None:
+        if kind[suite] == "drift":  # budget rows, not a metric's test (gate/drift.py)
+            return check_drift(suite, these) or sent_mismatch(suite, these)
+        return check_suite(suite, metric, these, kind[suite], **kw) or sent_mismatch(suite, these)
+
     for suite, (metrics, pairs) in per_suite.items():
-        why = check_suite(suite, metrics[0], pairs, kind[suite]) or sent_mismatch(suite, pairs)
+        why = check(suite, metrics[0], pairs)
         if why is None and aa_pairs is not None:
-            same = aa_pairs.get(suite, ())
-            aa = check_suite(
-                suite, metrics[0], same, kind[suite], references=("baseline", "candidate")
-            ) or sent_mismatch(suite, same)
+            aa = check(suite, metrics[0], aa_pairs.get(suite, ()), references=("baseline", "candidate"))
             why = None if aa is None else f"the A/A pair: {aa}"
         if why is not None:
             out[suite] = why
@@ -162,7 +175,9 @@ def _rows(
     return rows
 
 
-def _holm(family: Sequence[Row | AgreementRow | UnansweredTest | LengthTrend], alpha: float) -> None:
+def _holm(
+    family: Sequence[Row | AgreementRow | UnansweredTest | LengthTrend | DriftRow], alpha: float
+) -> None:
     adjusted = stats.holm([r.p_value for r in family]) if family else []
     for row, p_adj in zip(family, adjusted, strict=True):
         row.p_adjusted = float(p_adj)

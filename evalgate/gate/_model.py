@@ -9,9 +9,11 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
+from evalgate.gate._flip_drift import FlipDrift
 from evalgate.gate._lengths import SuiteLengths
 from evalgate.gate.agreement import AgreementRow
 from evalgate.gate.answers import SuiteAnswers
+from evalgate.gate.drift import SuiteDrift
 
 __all__ = ["VERDICT_SCHEMA", "Row", "Verdict"]
 
@@ -80,6 +82,12 @@ class Verdict:
     answers: list[SuiteAnswers] = field(default_factory=list)
     """Generation suites: pass@1 (avg of k), pass@k, majority@k, no-answer and truncated rates per
     arm (answers.py); written only when there is one."""
+    drift: list[SuiteDrift] = field(default_factory=list)
+    """Drift suites (metric_kind drift): the KL and perplexity-ratio budget rows, per-token KL
+    quantiles and the KL by position (gate/drift.py); written only when there is one."""
+    flip_drift: list[FlipDrift] = field(default_factory=list)
+    """Multiple-choice suites: the choice KL of flipped items beside unflipped ones (does the
+    distribution predict the flips?); written only when there is one."""
     schema: Literal[1] = VERDICT_SCHEMA
 
     @property
@@ -97,6 +105,9 @@ class Verdict:
             data.pop("lengths")
         if not data["answers"]:  # no generation suite: written as before
             data.pop("answers")
+        for key in ("drift", "flip_drift"):  # none: written as before
+            if not data[key]:
+                data.pop(key)
         return {"schema": data.pop("schema"), **data}
 
     def to_json(self) -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, get_args
 
 from evalgate.errors import ConfigError
 from evalgate.gate.agreement import DEFAULT_AA_MARGIN, NOISE_HINT, noise_hint
+from evalgate.gate.drift import DEFAULT_DRIFT_BUDGET, DriftBudget, parse_drift_budget
 from evalgate.request import Policy
 from evalgate.stats.sequential import SequentialRule, rule_for
 
@@ -38,6 +39,8 @@ class GatePolicy:
     """Failed items count as wrong, and as unanswered: every suite's agreement row tests them."""
     noise_hint: str = NOISE_HINT
     """What a flip BLOCK says about the server's own noise (evalgate.gate.agreement.noise_hint)."""
+    drift_budget: DriftBudget = DEFAULT_DRIFT_BUDGET
+    """What a drift suite's KL and perplexity ratio may reach (gate/drift.py)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -61,6 +64,7 @@ class GatePolicy:
             flip_budget=req.flip_budget,
             errors_as_wrong=req.errors_as_wrong,
             noise_hint=noise_hint(deterministic=req.deterministic, imported=bool(req.baseline_samples)),
+            drift_budget=parse_drift_budget(req.drift_budget),
         )
 
     @property

@@ -9,6 +9,7 @@ from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 from evalgate.gate._rows import NOT_ESTIMABLE
 from evalgate.gate.agreement import AgreementRow, sampled_excess_phrase
+from evalgate.gate.drift import SuiteDrift, drift_block_reason, drift_pass_note
 
 __all__ = ["row_status", "verdict_from"]
 
@@ -87,6 +88,7 @@ def verdict_from(
     *,
     tests: int,
     lengths: Sequence[SuiteLengths] = (),
+    drift: Sequence[SuiteDrift] = (),
 ) -> Verdict:
     """PASS or BLOCK with the one line that says why; ``tests``: the Holm family's size;
     ``lengths``: long-context suites, whose longest-length row can block on its own."""
@@ -111,6 +113,9 @@ def verdict_from(
             f"{worst.suite} {worst.metric} changed by {worst.delta * 100:+.1f} pt "
             f"({worst.baseline:.3f} -> {worst.candidate:.3f}, Holm p = {worst.p_adjusted:.3g} < {policy.alpha})"
         ))  # fmt: skip
+    drifted = drift_block_reason(drift)
+    if drifted:
+        return out("BLOCK", drifted)
     longest = [s for s in lengths if s.trend is not None and s.trend.significant]
     if longest:
         worst_length = min(longest, key=lambda s: (s.trend.p_adjusted or 1.0) if s.trend else 1.0)
@@ -152,6 +157,8 @@ def verdict_from(
             f"{'sign-flip on per-item shares' if u.test == 'sign-flip' else 'McNemar'}, Holm p = {u.p_adjusted:.2g})"
         ))  # fmt: skip
     n_items = sum(r.n for r in family)
+    if not family and drift:  # only drift suites: their rows are the whole decision
+        return out("PASS", drift_pass_note(drift).removeprefix("; "))
     if policy.policy == "non-inferiority":
         reason = (
             f"non-inferior within margin {policy.margin} on every one of {len(family)} suite(s), {n_items} paired "
@@ -164,7 +171,7 @@ def verdict_from(
             f"{what} on {len(family)} suite(s), {n_items} paired item(s), at alpha {policy.alpha} after Holm "
             f"over {tests} test(s)"
         )
-    reason += trend_pass_note(lengths)
+    reason += trend_pass_note(lengths) + drift_pass_note(drift)
     gated = [a for a in agreement if a.status != "info"]  # a graded metric's changed share is not gated
     plain = [a for a in gated if a.sampled is None]
     if plain:

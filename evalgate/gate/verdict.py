@@ -10,6 +10,7 @@ from typing import Any
 
 from evalgate.errors import EvalgateError
 from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
+from evalgate.gate._flip_drift import flip_drift
 from evalgate.gate.answers import answers_for
 from evalgate.gate.kernel_check import kernel_failures
 from evalgate.gate.repeats import item_means, repeat_summary
@@ -41,6 +42,8 @@ class RunData:
         if self.errors_as_wrong:  # an item that failed after retries scores 0 on that arm
             for suite, arms in self.records.items():
                 metrics = self.manifest.suites[suite].metrics
+                if self.manifest.suites[suite].metric_kind == "drift":
+                    continue  # a failed document has no log-likelihood to count as "wrong"
                 for arm, recs in arms.items():
                     arms[arm] = errors_as_wrong(recs, metrics)
         self.pairs: dict[str, list[Pair]] = {}
@@ -129,7 +132,7 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         per_suite = {s: (metrics, item_means(pairs, metrics)) for s, (metrics, pairs) in per_suite.items()}
         if aa_pairs is not None:
             aa_pairs = {s: item_means(p, m.suites[s].metrics) for s, p in aa_pairs.items()}
-        kinds = dict.fromkeys(kinds, "continuous")
+        kinds = {s: "drift" if kind == "drift" else "continuous" for s, kind in kinds.items()}
     verdict = decide(
         per_suite,
         policy=policy,
@@ -141,6 +144,13 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     generation = [s for s, meta in m.suites.items() if meta.kind != "loglikelihood"]
     first = {s: meta.metrics[0] for s, meta in m.suites.items()}
     verdict.answers = answers_for(run.pairs, first, generation, k)
+    verdict.flip_drift = [
+        fd
+        for s, meta in m.suites.items()
+        if meta.kind == "loglikelihood" and meta.metric_kind != "drift"
+        for fd in [flip_drift(s, meta.metrics[0], per_suite[s][1])]
+        if fd is not None
+    ]
     if k > 1:
         for s, meta in m.suites.items():
             if run.pairs[s]:

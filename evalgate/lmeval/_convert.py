@@ -6,6 +6,14 @@ ids, metric names and primary metric, so an imported pair reads exactly like a l
 MMLU's 57 subject tasks pool into one ``mmlu`` suite. Any other task becomes a suite of its own
 name whose metrics are lm-eval's ``metric,filter`` keys (``,none`` dropped), the first one
 primary.
+
+A perplexity task (``output_type: loglikelihood_rolling``, e.g. wikitext) logs each metric as a
+``(loglik, count)`` pair: ``ConfigurableTask.process_results`` in lm_eval/api/task.py (and
+wikitext's own ``preprocess_wikitext.process_results``) returns ``word_perplexity: (ll, words)``,
+``byte_perplexity`` and ``bits_per_byte: (ll, bytes)``, and ``evaluator.evaluate`` writes that
+dict into the sample (``example.update(metrics)``), so the JSONL holds ``[ll, count]`` lists.
+Such a task becomes a ``drift`` suite of its own name whose records carry ``{"loglik", "words",
+"bytes"}``: one log-likelihood per document, the counts the corpus perplexity divides by.
 """
 
 from __future__ import annotations
@@ -19,9 +27,13 @@ from evalgate.errors import ConfigError
 from evalgate.lmeval._read import LmEvalOutput
 from evalgate.suites import LmEvalSuite, Member, default_registry, lmeval_tasks
 
-__all__ = ["ImportedSuite", "check_same_prompts", "known_tasks", "suite_records"]
+__all__ = ["ROLLING_UNITS", "ImportedSuite", "check_same_prompts", "known_tasks", "suite_records"]
 
-_MC_TYPES = {"multiple_choice", "loglikelihood", "loglikelihood_rolling"}
+_MC_TYPES = {"multiple_choice", "loglikelihood"}
+ROLLING_UNITS = {"word_perplexity": "words", "byte_perplexity": "bytes", "bits_per_byte": "bytes"}
+"""lm-eval's rolling metrics (lm_eval/api/metrics.py, output_type loglikelihood_rolling) -> the
+unit their pair counts: the same loglik over words or over UTF-8 bytes."""
+_UNIT_ORDER = ("words", "bytes")
 
 
 @dataclass
@@ -33,6 +45,8 @@ class ImportedSuite:
     metrics: list[str]
     kind: str
     tasks: list[str] = field(default_factory=list)
+    metric_kind: str | None = None
+    """"drift" for a perplexity task; None: binary or continuous, decided from the values."""
     items: dict[str, dict[str, Any]] = field(default_factory=dict)
     """item_id -> the record fields (prompt_hash, doc_hash, target, response, extracted, metrics)."""
 
@@ -85,6 +99,9 @@ def suite_records(out: LmEvalOutput, *, label: str) -> dict[str, ImportedSuite]:
     for task, rows in sorted(out.samples.items()):
         k = known.get(task)
         output_type = out.task_config(task).get("output_type")
+        if output_type == "loglikelihood_rolling" or any(_has_pair(r) for r in rows):
+            suites[task] = _rolling_suite(out, task, rows, label=label)
+            continue
         if k:
             own = k[0]
             suite = suites.setdefault(
@@ -151,6 +168,98 @@ def _add(
             item["extracted"] = {"pred": max(range(len(pairs)), key=lambda i: pairs[i][0])}
     else:
         item["extracted"][filt] = _first_text(filtered)
+
+
+def _has_pair(row: dict[str, Any]) -> bool:
+    """A rolling metric logged as a list: how a perplexity task shows itself when no results JSON
+    gives its output_type. Any two-element list is not enough: lm-eval's corpus metrics log
+    ``(gold, pred)`` pairs too (``mcc``, ``f1``, ``bleu``: lm_eval/api/metrics.py)."""
+    return any(isinstance(row.get(m), list) for m in row.get("metrics") or [] if m in ROLLING_UNITS)
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    """A logged ``[loglik, count]`` as two floats, None when it is not two numbers."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    ll, count = (_number(v) if not isinstance(v, bool) else None for v in value)
+    return None if ll is None or count is None else (ll, count)
+
+
+def _rolling_suite(out: LmEvalOutput, task: str, rows: list[dict[str, Any]], *, label: str) -> ImportedSuite:
+    """A perplexity task as a drift suite: per document its loglik and the counts it is divided by.
+
+    Every pair of one document must hold the same loglik (lm-eval logs one value per document
+    under each metric) and the same count per unit; a non-finite loglik, a count <= 0 or a value
+    that is not a pair is refused (exit 2) naming the document, never averaged over."""
+    suite = ImportedSuite(task, out.version(task), [], "loglikelihood", metric_kind="drift")
+    suite.tasks.append(task)
+    skipped: set[str] = set()
+    for row in rows:
+        doc_id = int(row["doc_id"])
+        where = f"{label}: {task} doc_id {doc_id}"
+        fix = "give the samples file lm-eval wrote for this task, unedited"
+        values: dict[str, float] = {}
+        for name in row.get("metrics") or []:
+            unit = ROLLING_UNITS.get(name)
+            raw = row.get(name)
+            if unit is None and not isinstance(raw, list):
+                skipped.add(name)  # a scalar beside the pairs (a custom task's extra metric)
+                continue
+            pair = _pair(raw)
+            if unit is None or pair is None:
+                what = (
+                    f"{name} = {raw!r} is not a [loglik, count] pair"
+                    if pair is None
+                    else (
+                        f"{name} is a [loglik, count] pair of no known unit "
+                        f"(evalgate reads {', '.join(ROLLING_UNITS)})"
+                    )
+                )
+                raise ConfigError(f"{where}: {what}", fix=fix)
+            ll, count = pair
+            if not math.isfinite(ll):
+                raise ConfigError(f"{where}: {name} has a non-finite loglik ({ll})", fix=fix)
+            if not math.isfinite(count) or count <= 0:
+                raise ConfigError(f"{where}: {name} counts {count} {unit}; a count must be > 0", fix=fix)
+            for key, v in (("loglik", ll), (unit, count)):
+                if key in values and values[key] != v:
+                    raise ConfigError(
+                        f"{where}: {name} has {key} {v} where another metric of the document has "
+                        f"{values[key]} (one document has one {key})",
+                        fix=fix,
+                    )
+                values[key] = v
+        if "loglik" not in values:
+            raise ConfigError(f"{where}: no [loglik, count] metric in {row.get('metrics')!r}", fix=fix)
+        item = suite.items.get(str(doc_id))
+        if item is not None and (
+            item["doc_hash"] != str(row.get("doc_hash", "")) or item["metrics"] != values
+        ):
+            raise ConfigError(f"{where} appears twice with different documents or values", fix=fix)
+        suite.items[str(doc_id)] = {
+            "task": task,
+            "doc_id": doc_id,
+            "prompt_hash": str(row.get("prompt_hash", ""))[:16],
+            "doc_hash": str(row.get("doc_hash", "")),
+            "target": row.get("target"),
+            "response": None,
+            "extracted": {},
+            "metrics": values,
+        }
+    units = {u for it in suite.items.values() for u in it["metrics"] if u != "loglik"}
+    for it in suite.items.values():
+        if missing := units - set(it["metrics"]):
+            raise ConfigError(
+                f"{label}: {task} doc_id {it['doc_id']} logs no {', '.join(sorted(missing))} "
+                "where other documents do",
+                fix="give the samples file lm-eval wrote for this task, unedited",
+            )
+    suite.metrics = ["loglik", *(u for u in _UNIT_ORDER if u in units)]
+    if skipped:
+        out.notes.append(
+            f"{label}: {task} is a perplexity task; its {', '.join(sorted(skipped))} not imported"
+        )
+    return suite
 
 
 def check_same_prompts(task_items: Iterable[tuple[str, dict[str, Any], dict[str, Any]]], suite: str) -> None:

@@ -8,10 +8,18 @@ is needed: the samples become an ordinary run folder (manifest, ``items/*.jsonl`
 record schema), and the verdict and reports come from that folder by the same code as a live run
 (``evalgate report`` re-renders it). Items pair by document; a pair whose documents or prompts
 differ is refused, never compared.
+
+A perplexity task (``loglikelihood_rolling``: wikitext) imports as a ``drift`` suite of
+per-document log-likelihoods (``_convert``); lm-eval's own corpus aggregates from
+``results_*.json`` (``results[task]["word_perplexity,none"]``, computed by
+``evaluator_utils`` with lm_eval/api/metrics.py's ``weighted_perplexity`` and ``bits_per_byte``)
+are kept in the manifest (``imported[arm]["aggregates"]`` and the suite's ``source``) beside
+evalgate's recomputation (``stats.rolling_aggregates``), and a disagreement is noted.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from datetime import datetime, timezone
@@ -19,10 +27,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evalgate.errors import ConfigError
-from evalgate.lmeval._convert import ImportedSuite, check_same_prompts, suite_records
+from evalgate.lmeval._convert import ROLLING_UNITS, ImportedSuite, check_same_prompts, suite_records
 from evalgate.lmeval._read import LmEvalOutput, read_lmeval
 from evalgate.redact import MASK, env_secrets, redact
 from evalgate.request import CompareRequest
+from evalgate.stats import rolling_aggregates
 from evalgate.store.lock import RunLock
 from evalgate.store.manifest import (
     ArmInfo,
@@ -53,8 +62,39 @@ def safe_model_args(args: str) -> str:
     return redact(_SECRET_ARG.sub(lambda m: m.group(1) + MASK, args), secrets=env_secrets())
 
 
-def _lmeval_info(out: LmEvalOutput) -> dict[str, Any]:
+def _own_lmeval_aggregates(
+    out: LmEvalOutput, suites: dict[str, ImportedSuite]
+) -> dict[str, dict[str, float]]:
+    """Per perplexity task, lm-eval's own aggregates from the results JSON (``metric,filter``
+    keys, ``,none`` dropped); a value evalgate's recomputation from the samples does not match
+    (1e-6 relative: e.g. a samples file cut short) is noted, since the gate uses the samples."""
+    found: dict[str, dict[str, float]] = {}
+    results = (out.results or {}).get("results") or {}
+    for name, suite in suites.items():
+        if suite.metric_kind != "drift":
+            continue
+        own = {
+            m: float(v)
+            for m in ROLLING_UNITS
+            if isinstance(v := (results.get(name) or {}).get(f"{m},none"), (int, float))
+            and not isinstance(v, bool)
+        }
+        if not own:
+            continue
+        found[name] = own
+        mine = rolling_aggregates(it["metrics"] for it in suite.items.values())
+        for m, v in own.items():
+            if m in mine and not math.isclose(mine[m], v, rel_tol=1e-6):
+                out.notes.append(
+                    f"{name}: lm-eval's own {m} is {v:.6g} but the samples give {mine[m]:.6g} "
+                    "(the samples are what is gated)"
+                )
+    return found
+
+
+def _lmeval_info(out: LmEvalOutput, suites: dict[str, ImportedSuite]) -> dict[str, Any]:
     """What the report shows of one arm's lm-eval run; model_args can carry an API key."""
+    aggregates = _own_lmeval_aggregates(out, suites)
     r = out.results or {}
     cfg = r.get("config") or {}
     args = cfg.get("model_args")
@@ -73,6 +113,7 @@ def _lmeval_info(out: LmEvalOutput) -> dict[str, Any]:
         "date": r.get("date"),
         "n_shot": r.get("n-shot"),
         "tasks": sorted(out.samples),
+        "aggregates": aggregates,
         "notes": out.notes,
     }
 
@@ -111,9 +152,12 @@ def _check_items(name: str, b: ImportedSuite, c: ImportedSuite) -> None:
     check_same_prompts(((i, b.items[i], c.items[i]) for i in sorted(b.items)), name)
 
 
-def _metric_kind(b: ImportedSuite, c: ImportedSuite) -> Literal["binary", "continuous"]:
-    """binary when the primary metric is 0 or 1 on every item of both arms (McNemar), else
-    continuous (a graded metric: the paired sign-flip test). NaN is left for the gate to refuse."""
+def _metric_kind(b: ImportedSuite, c: ImportedSuite) -> Literal["binary", "continuous", "drift"]:
+    """drift for a perplexity task (per-document log-likelihoods); binary when the primary metric
+    is 0 or 1 on every item of both arms (McNemar), else continuous (a graded metric: the paired
+    sign-flip test). NaN is left for the gate to refuse."""
+    if b.metric_kind == "drift" or c.metric_kind == "drift":
+        return "drift"
     primary = b.metrics[0] if b.metrics else None
     values = [it["metrics"].get(primary) for s in (b, c) for it in s.items.values()]
     graded = any(v is not None and v == v and v not in (0.0, 1.0) for v in values)
@@ -183,12 +227,21 @@ def import_samples(req: CompareRequest, *, suites: tuple[str, ...] | None = None
     return run_dir
 
 
+def _own_aggregates(name: str, info: dict[str, dict[str, Any]]) -> str:
+    """A perplexity task's source tail: "; lm-eval's own word_perplexity: 23.4 (baseline), ..."."""
+    own = {arm: info[arm]["aggregates"].get(name) or {} for arm in ("baseline", "candidate")}
+    metric = next((m for m in ROLLING_UNITS if all(m in own[a] for a in own)), None)
+    if metric is None:
+        return ""
+    return f"; lm-eval's own {metric}: " + ", ".join(f"{own[a][metric]:.6g} ({a})" for a in own)
+
+
 def _write(
     run_dir: Path, run_id: str, req: CompareRequest, names: list[str],
     base: dict[str, ImportedSuite], cand: dict[str, ImportedSuite],
     base_out: LmEvalOutput, cand_out: LmEvalOutput,
 ) -> None:  # fmt: skip
-    info = {"baseline": _lmeval_info(base_out), "candidate": _lmeval_info(cand_out)}
+    info = {"baseline": _lmeval_info(base_out, base), "candidate": _lmeval_info(cand_out, cand)}
     orders = {
         n: sorted(base[n].items, key=lambda i: (base[n].items[i]["task"], base[n].items[i]["doc_id"]))
         for n in names
@@ -213,7 +266,7 @@ def _write(
                 metrics=base[n].metrics,
                 kind=base[n].kind,
                 metric_kind=_metric_kind(base[n], cand[n]),
-                source=f"lm-eval samples: {', '.join(base[n].tasks)}",
+                source=f"lm-eval samples: {', '.join(base[n].tasks)}" + _own_aggregates(n, info),
                 n=len(orders[n]),
                 item_ids=orders[n],
             )

@@ -15,6 +15,7 @@ from typing import Any
 from evalgate import stats
 from evalgate.gate.verdict import RunData
 from evalgate.report import _format as fmt
+from evalgate.report._documents import DocView, drift_documents
 from evalgate.store.records import Pair, Record, safe_name
 
 __all__ = ["MAX_ITEMS_PER_GROUP", "ArmView", "ChoiceView", "ItemView", "SuiteItems", "discordant_items"]
@@ -81,6 +82,16 @@ class SuiteItems:
     improvements: list[ItemView] = field(default_factory=list)
     n10: int = 0
     n01: int = 0
+    drift: bool = False
+    """A drift suite: no answers to flip; ``documents`` holds its documents instead."""
+    documents: list[DocView] = field(default_factory=list)
+    """A drift suite's documents, the most drifted first (report/_documents.py)."""
+    has_kld: bool = False
+    """Whether the documents carry distributions (a live drift suite), so a mean KL per document."""
+
+    @property
+    def hidden_documents(self) -> int:
+        return self.n - len(self.documents)
 
     @property
     def hidden_regressions(self) -> int:
@@ -114,6 +125,13 @@ def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
     metric = meta.metrics[0]
     private = meta.private and not run.manifest.request.reveal_private
     prompts = {} if private else load_prompts(run.dir, suite)
+    if meta.metric_kind == "drift":  # documents, not answers: no regressions or improvements to list
+        pairs = run.pairs.get(suite, [])
+        docs, has_kld = drift_documents(pairs, prompts, private=private, limit=MAX_ITEMS_PER_GROUP)
+        return SuiteItems(
+            suite=fmt.clean(suite), anchor=anchor, metric=fmt.clean(metric), kind=meta.kind, private=private,
+            n=len(pairs), has_prompts=bool(prompts), drift=True, documents=docs, has_kld=has_kld,
+        )  # fmt: skip
     groups: dict[str, list[Pair]] = {"n10": [], "n01": []}
     for pair in run.pairs.get(suite, []):
         b = _passed(pair.baseline.metrics.get(metric, 0.0))

@@ -16,6 +16,7 @@ from evalgate.gate import NOT_ESTIMABLE, Row, Verdict, parse_margin
 from evalgate.gate.verdict import RunData
 from evalgate.report import _format as fmt
 from evalgate.report import throughput_svg as tp
+from evalgate.report._drift import FLIP_NOTE, FLIP_TITLE, DriftPanel, drift_panels, flip_drift_tables
 from evalgate.report._items import SuiteItems, discordant_items
 from evalgate.report._lengths import LengthPanel, length_panels
 from evalgate.report.answers import NOTE, answers_table
@@ -120,6 +121,10 @@ class RunView:
     sections: list[Section] = field(default_factory=list)
     lengths: list[LengthPanel] = field(default_factory=list)
     """Long-context suites: a table per context length, the chart and the capacity it buys."""
+    drift: list[DriftPanel] = field(default_factory=list)
+    """Drift suites: the budget rows, the per-token KL quantiles and the KL by position."""
+    flip_drift: list[Section] = field(default_factory=list)
+    """The flip-drift table (multiple-choice suites: does the choice KL predict the flips?), or none."""
 
     @property
     def primary_rows(self) -> list[RowView]:
@@ -164,6 +169,10 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
         run_info=_run_info(m),
         sections=_optional(m, verdict),
         lengths=length_panels(m, verdict),
+        drift=drift_panels(verdict),
+        flip_drift=[
+            Section("flip-drift", FLIP_TITLE, *t, note=FLIP_NOTE) for t in flip_drift_tables(verdict)
+        ],
     )
 
 

@@ -15,10 +15,18 @@ Columns
 ``pairs()``: one row per paired item (baseline with candidate; ``aa_pairs()`` for an A/A arm):
   suite, item_id, repeat, metric (the primary), baseline, candidate (its values), delta
   (candidate - baseline), flipped (values differ), direction ("regression", "improvement" or
-  "same"), baseline_extracted, candidate_extracted, baseline_response, candidate_response.
+  "same"), baseline_extracted, candidate_extracted, baseline_response, candidate_response. A drift
+  suite's documents have no answer to flip: metric "loglik", flipped False, direction "drift".
 ``verdict()``: one row per gate row of verdict.json (``kind`` "accuracy" for the suites' metric
   rows, "agreement" for the flip-budget rows; for a long-context suite "length" per context length
-  and "longest length" for its gated row), with that row's fields as columns.
+  and "longest length" for its gated row; for a drift suite "drift" per budget row: measure kld,
+  ppl_ratio or top1_agree, pair candidate or aa, estimate, lower, upper, budget, status, reason,
+  with the pair's per-token KL quantiles p50, p90, p99, p99.9 on its kld row; "flip drift" per
+  multiple-choice suite: the mean choice KL of flipped and unflipped items and its AUC), with that
+  row's fields as columns.
+``drift()``: one row per document per pair of arms of each drift suite (``DRIFT_COLUMNS``): suite,
+  item_id, repeat, pair (candidate, or aa for the A/A arm), unit, units, baseline_loglik,
+  other_loglik, change_per_unit (nats), kld_mean and top1_agree (live distributions only), positions.
 """
 
 from __future__ import annotations
@@ -29,12 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 from evalgate.errors import ConfigError
 from evalgate.gate.verdict import RunData
+from evalgate.report._documents import document_numbers
 from evalgate.store.records import Pair
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ITEM_COLUMNS", "PAIR_COLUMNS", "RunFrames", "load_run"]
+__all__ = ["DRIFT_COLUMNS", "ITEM_COLUMNS", "PAIR_COLUMNS", "RunFrames", "load_run"]
 
 ITEM_COLUMNS = (
     "run_id", "suite", "arm", "variant", "item_id", "repeat", "prompt_hash", "primary_metric", "score",
@@ -43,6 +52,10 @@ ITEM_COLUMNS = (
 PAIR_COLUMNS = (
     "suite", "item_id", "repeat", "metric", "baseline", "candidate", "delta", "flipped", "direction",
     "baseline_extracted", "candidate_extracted", "baseline_response", "candidate_response",
+)  # fmt: skip
+DRIFT_COLUMNS = (
+    "suite", "item_id", "repeat", "pair", "unit", "units", "baseline_loglik", "other_loglik",
+    "change_per_unit", "kld_mean", "top1_agree", "positions",
 )  # fmt: skip
 
 
@@ -109,9 +122,11 @@ class RunFrames:
         rows = []
         for suite, pairs in by_suite.items():
             metric = self.manifest.suites[suite].metrics[0]
+            drift = self.manifest.suites[suite].metric_kind == "drift"
             for p in pairs:
                 b, c = p.baseline.metrics.get(metric), p.candidate.metrics.get(metric)
                 delta = c - b if b is not None and c is not None else None
+                direction = "same" if not delta else "improvement" if delta > 0 else "regression"
                 rows.append(
                     {
                         "suite": suite,
@@ -121,8 +136,8 @@ class RunFrames:
                         "baseline": b,
                         "candidate": c,
                         "delta": delta,
-                        "flipped": b != c,
-                        "direction": "same" if not delta else "improvement" if delta > 0 else "regression",
+                        "flipped": False if drift else b != c,
+                        "direction": "drift" if drift else direction,
                         "baseline_extracted": _json(p.baseline.extracted),
                         "candidate_extracted": _json(p.candidate.extracted),
                         "baseline_response": _json(p.baseline.response),
@@ -130,6 +145,23 @@ class RunFrames:
                     }
                 )
         return _pandas().DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+    def drift(self) -> pd.DataFrame:
+        """Each drift suite's documents per pair of arms (the A/A arm's with ``--aa``)."""
+        rows = []
+        for pair_name, by_suite in (("candidate", self._run.pairs), ("aa", self._run.aa_pairs)):
+            for suite, pairs in by_suite.items():
+                if self.manifest.suites[suite].metric_kind != "drift":
+                    continue
+                for p in pairs:
+                    x = document_numbers(p)
+                    rows.append({
+                        "suite": suite, "item_id": p.item_id, "repeat": p.repeat, "pair": pair_name,
+                        "unit": x.unit, "units": x.units, "baseline_loglik": x.baseline_loglik,
+                        "other_loglik": x.candidate_loglik, "change_per_unit": x.change_per_unit,
+                        "kld_mean": x.kld_mean, "top1_agree": x.top1_agree, "positions": x.positions,
+                    })  # fmt: skip
+        return _pandas().DataFrame(rows, columns=list(DRIFT_COLUMNS))
 
     def verdict(self) -> pd.DataFrame:
         path = self.path / "verdict.json"
@@ -143,6 +175,11 @@ class RunFrames:
             rows += [{"kind": "length", **where, **r} for r in s["rows"]]
             if s.get("trend"):
                 rows.append({"kind": "longest length", **where, **s["trend"]})
+        for s in doc.get("drift", []):  # drift suites (gate/drift.py)
+            for r in s["rows"]:
+                quantiles = (s.get("quantiles") or {}).get(r["pair"], {}) if r["measure"] == "kld" else {}
+                rows.append({"kind": "drift", **r, **quantiles})
+        rows += [{"kind": "flip drift", **r} for r in doc.get("flip_drift", [])]
         frame = _pandas().DataFrame(rows)
         frame.attrs["verdict"] = doc.get("verdict")
         frame.attrs["reason"] = doc.get("reason")

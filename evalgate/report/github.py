@@ -5,13 +5,15 @@ every runner) or with ``--github``, so a plain ``run: evalgate compare ...`` ste
 without the composite action. Everything goes through the runner's files and workflow commands
 (docs.github.com/actions/reference/workflow-commands-for-github-actions):
 
-- ``$GITHUB_STEP_SUMMARY``: summary.md is appended (the verdict line and the suites table);
+- ``$GITHUB_STEP_SUMMARY``: summary.md is appended (the verdict line, the suites table and, for a
+  drift suite, its budget rows);
 - ``$GITHUB_OUTPUT``: ``verdict=PASS|BLOCK|ERROR``, ``report-dir=<absolute run folder>`` and
   ``blocked=true|false``, where ``blocked`` is true for anything but PASS (fail safe: an ERROR
   run blocks a rollout too; read ``verdict`` to tell the two apart);
-- stdout: one ``::error`` annotation per blocking row of a BLOCK (accuracy or flip budget), one
-  ``::error`` for an ERROR verdict, and a ``::warning`` per underpowered suite (a PASS that could
-  not have seen a small change) and for an unreliable run (the A/A pair itself differs).
+- stdout: one ``::error`` annotation per blocking row of a BLOCK (accuracy, flip budget or drift
+  budget), one ``::error`` for an ERROR verdict, and a ``::warning`` per underpowered suite or
+  drift row (a PASS that could not have seen a small change) and for an unreliable run (the A/A
+  pair itself differs).
 
 The runner reads annotations from the step's stdout line by line, so every value is escaped the
 way the runner unescapes it: ``%``, CR and LF in messages, plus ``:`` and ``,`` in properties.
@@ -63,15 +65,21 @@ def annotations(verdict: Verdict) -> list[str]:
     if verdict.verdict == "ERROR":
         return [_command("error", "evalgate ERROR", verdict.reason)]
     lines = []
+    drift = [r for d in verdict.drift for r in d.rows if r.gated]
     if verdict.verdict == "BLOCK":
         blocking = [r for r in [*verdict.suites, *verdict.agreement] if r.status == "block"]
         lines += [_command("error", "evalgate BLOCK", f"{r.suite} {r.metric}: {r.reason}") for r in blocking]
-        if not blocking:
+        drifted = [r for r in drift if r.status == "block"]  # the reason names the suite and measure
+        lines += [_command("error", "evalgate BLOCK", r.reason) for r in drifted]
+        if not blocking and not drifted:
             lines.append(_command("error", "evalgate BLOCK", verdict.reason))
     lines += [
         _command("warning", "evalgate UNDERPOWERED", f"{r.suite} {r.metric}: {r.reason}")
         for r in verdict.suites
         if r.status == "underpowered"
+    ]
+    lines += [
+        _command("warning", "evalgate UNDERPOWERED", r.reason) for r in drift if r.status == "underpowered"
     ]
     if not verdict.reliable:
         note = next((n for n in verdict.notes if n.startswith("UNRELIABLE")), "the A/A pair differs")

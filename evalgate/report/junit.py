@@ -1,7 +1,8 @@
 """junit.xml: one testcase per (suite, metric), so any CI shows which suite blocked the rollout
-(and one for a long-context suite's gated row, its longest length).
+(and one for a long-context suite's gated row, its longest length, and one per gated drift row:
+a drift budget on the mean KL or the perplexity ratio).
 
-A row that blocks is a <failure>; an ERROR verdict adds one <error> testcase named ``verdict``
+A row that blocks is a <failure>; an UNDERPOWERED row passes with its reason in <system-out>; an ERROR verdict adds one <error> testcase named ``verdict``
 (there is no per-row answer when the run is incomplete). Output is deterministic: no timestamps
 beyond the manifest's, times from the recorded per-suite durations.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from evalgate.report._drift import drift_label, drift_value
 from evalgate.report._format import clean
 from evalgate.report._format import p as pvalue
 from evalgate.report._view import FactRow, RunView
@@ -67,6 +69,23 @@ def render_junit(view: RunView) -> str:
             ET.SubElement(case, "failure", message=clean(t.reason), type="evalgate.block").text = summary
         else:
             ET.SubElement(case, "system-out").text = f"{summary}\n{clean(t.reason)}"
+    for drift in view.drift:  # a drift suite's gated budget rows (gate/drift.py)
+        for d in drift.gated:
+            case = ET.SubElement(
+                suite_el, "testcase", classname=f"evalgate.{drift.suite}",
+                name=f"{drift_label(d)} within budget", time="0.00",
+            )  # fmt: skip
+            summary = (
+                f"{drift.suite} {drift_label(d)}: n={d.n} documents ({d.units} {d.unit}) "
+                f"estimate={drift_value(d.measure, d.estimate)} lower={drift_value(d.measure, d.lower)} "
+                f"upper={drift_value(d.measure, d.upper)} budget={drift_value(d.measure, d.budget)} "
+                f"p={d.p_value:.3g} p_holm={pvalue(d.p_adjusted)} status={d.status}"
+            )
+            if d.status == "block":
+                failures += 1
+                ET.SubElement(case, "failure", message=clean(d.reason), type="evalgate.block").text = summary
+            else:
+                ET.SubElement(case, "system-out").text = f"{summary}\n{clean(d.reason)}"
     if view.verdict == "ERROR":
         errors += 1
         case = ET.SubElement(suite_el, "testcase", classname="evalgate", name="verdict", time="0.00")

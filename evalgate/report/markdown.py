@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import re
 
+from evalgate.report._drift import DriftPanel, DriftTable
 from evalgate.report._items import ItemView, SuiteItems
 from evalgate.report._lengths import LengthPanel
 from evalgate.report._view import RunView, Section
@@ -107,9 +108,32 @@ def _head(v: RunView) -> list[str]:
         )
     out += [_length_table(s) for s in v.lengths]
     out += [_length_table(s) for s in v.sections if s.key == "answers"]  # per arm (report/answers.py)
+    out += [_drift_table(s) for s in v.drift]  # drift suites (report/_drift.py)
+    out += [_length_table(s) for s in v.flip_drift]
     if v.notes:
         out.append("\n" + "".join(f"> note: {_md(n)}\n" for n in v.notes))
     return out
+
+
+def _table(s: Section | LengthPanel | DriftTable, keep: int | None = None) -> str:
+    """A Markdown table of the first ``keep`` columns (all when None), the first left-aligned."""
+    headers = s.headers[:keep]
+    head = "| " + " | ".join(_md(h) for h in headers) + " |\n|---|" + "--:|" * (len(headers) - 1) + "\n"
+    return head + "".join("| " + " | ".join(_md(c) for c in row[:keep]) + " |\n" for row in s.rows)
+
+
+def _drift_table(s: DriftPanel) -> str:
+    """A drift suite's rows (the reason of a blocking or underpowered row beneath) and its KL quantiles."""
+    head = "| " + " | ".join(_md(h) for h in s.headers[:-1]) + " |\n|---|---|" + "--:|" * 5 + "---|\n"
+    body = "".join(
+        "| "
+        + " | ".join([*(_md(c) for c in row[:-2]), f"**{row[-2]}**" if status == "block" else row[-2]])
+        + " |\n"
+        for row, status in zip(s.rows, s.statuses, strict=True)
+    )
+    flagged = "".join(f"\n- {_md(f)}" for f in s.flagged)
+    quantiles = f"\n{_table(s.quantiles)}" if s.quantiles else ""
+    return f"\n#### {_md(s.title)}\n\n{head}{body}{flagged}\n{quantiles}\n{_md(s.note)}\n"
 
 
 def _length_table(s: Section | LengthPanel) -> str:

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from evalgate.gate import Row, SuiteLengths, Verdict
+from evalgate.report._drift import PAIRS, drift_label, drift_value, flip_drift_tables, quantile_rows
 from evalgate.report._format import show_bidi
 from evalgate.report._lengths import HEADERS, length_cells, trend_text
 from evalgate.report.answers import answers_table
@@ -63,6 +64,20 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
                 a.status.upper(),
             )  # fmt: skip
         console.print(agree)
+    if verdict.drift:  # drift suites' budget rows (gate/drift.py), then their per-token KL quantiles
+        console.print(_drift(verdict))
+        for d in verdict.drift:
+            for row in quantile_rows(d):
+                console.print(
+                    f"{escape(show_bidi(d.suite))} per-token KL ({escape(row[0])}): p50 {row[1]}, p90 {row[2]}, p99 {row[3]}, "
+                    f"p99.9 {row[4]}; top-1 agreement {row[5]}"
+                )
+    for _, rows in flip_drift_tables(verdict):  # does the choice KL predict the flips?
+        for r in rows:
+            console.print(
+                f"{escape(r[0])} flips vs choice KL: {r[1]} flipped (mean KL {r[2]}), {r[3]} unflipped "
+                f"(mean KL {r[4]}), AUC {r[5]}"
+            )
     for section in verdict.lengths:  # long-context suites (gate/_lengths.py)
         console.print(_lengths(section))
         console.print(escape(show_bidi(trend_text(section))))
@@ -84,6 +99,20 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         console.print(f"note: {escape(show_bidi(note))}")
     if run_dir:
         console.print(f"evidence: {escape(run_dir)}")
+
+
+def _drift(verdict: Verdict) -> Table:
+    table = Table(title=None)
+    for col in ("suite", "measure", "pair", "n", "estimate", "lower", "upper", "budget", ""):
+        table.add_column(col, justify="left" if col in ("suite", "measure", "pair", "") else "right")
+    for d in verdict.drift:
+        for r in d.rows:
+            table.add_row(
+                escape(show_bidi(r.suite)), drift_label(r), PAIRS.get(r.pair, escape(r.pair)), str(r.n),
+                *(drift_value(r.measure, v) for v in (r.estimate, r.lower, r.upper)),
+                "" if r.budget is None else drift_value(r.measure, r.budget), r.status.upper(),
+            )  # fmt: skip
+    return table
 
 
 def _lengths(s: SuiteLengths) -> Table:

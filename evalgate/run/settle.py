@@ -108,6 +108,9 @@ def settle(
     cap = engine.default_gen_cap(req.preset)  # e.g. llama.cpp's smoke runs: CPU time is short
     if req.max_gen_tokens is None and cap is not None:  # both arms get it; manifest and report say so
         req = req.model_copy(update={"max_gen_tokens": cap})
+    configured = next((s.drift_budget for s in suites if s.drift_budget), None)
+    if req.drift_budget is None and configured:  # [suites.drift]'s budgets, recorded like the flag's
+        req = req.model_copy(update={"drift_budget": configured})
     _refuse_modes(req, suites)
     return Settled(
         req, engine, host, variants, specs, suites, suite_options(req, engine.name), previous, attached

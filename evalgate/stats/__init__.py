@@ -19,6 +19,17 @@ from evalgate.stats._agreement import (
     flip_budget_test,
     top1_agree,
 )
+from evalgate.stats._drift import (
+    BudgetTest,
+    DocDrift,
+    document_drift,
+    kld_quantiles,
+    perplexity_ratio,
+    position_kld,
+    position_klds,
+    ratio_budget_test,
+    top1_same,
+)
 from evalgate.stats._evalues import (
     SequentialResult,
     flip_evalue,
@@ -31,6 +42,7 @@ from evalgate.stats._graded import GradedCI, graded_diff_ci
 from evalgate.stats._intervals import DiffCI, paired_diff_ci
 from evalgate.stats._margin import EXACT_LIMIT, ExcessTestResult, excess_test, tango_score
 from evalgate.stats._paired import McNemarResult, holm, mcnemar, mde, required_n
+from evalgate.stats._perplexity import rolling_aggregates
 from evalgate.stats._resampling import (
     BootstrapResult,
     PermutationResult,
@@ -55,7 +67,9 @@ __all__ = [
     "EXACT_LIMIT",
     "BinomTestResult",
     "BootstrapResult",
+    "BudgetTest",
     "DiffCI",
+    "DocDrift",
     "ExcessTestResult",
     "GradedCI",
     "McNemarResult",
@@ -67,20 +81,27 @@ __all__ = [
     "TrendResult",
     "choice_kl",
     "discordant_trend",
+    "document_drift",
     "excess_test",
     "flip_budget_test",
     "flip_evalue",
     "flip_futile",
     "graded_diff_ci",
     "holm",
+    "kld_quantiles",
     "mcnemar",
     "mde",
     "mde_mean",
     "paired_bootstrap",
     "paired_diff_ci",
+    "perplexity_ratio",
+    "position_kld",
+    "position_klds",
+    "ratio_budget_test",
     "replay",
     "replay_stream",
     "required_n",
+    "rolling_aggregates",
     "rule_for",
     "sampled_excess_test",
     "sequential_evalue",
@@ -91,4 +112,5 @@ __all__ = [
     "stable_seed",
     "tango_score",
     "top1_agree",
+    "top1_same",
 ]

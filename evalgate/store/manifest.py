@@ -131,10 +131,11 @@ class SuiteInfo(_Part):
     version: int
     metrics: list[str] = Field(description="Metric names, the primary (gated) one first.")
     kind: str = Field(description="loglikelihood, generate or chat.")
-    metric_kind: Literal["binary", "continuous"] = Field(
+    metric_kind: Literal["binary", "continuous", "drift"] = Field(
         "binary",
         description="binary: every metric 0 or 1 per item (McNemar); continuous: a graded metric such as "
-        "F1 (paired sign-flip test, bootstrap interval).",
+        "F1 (paired sign-flip test, bootstrap interval); drift: per-document log-likelihoods (and top-k "
+        "distributions) gated by budgets on the KL divergence and the perplexity ratio (gate/drift.py).",
     )
     private: bool = False
     source: str = Field("", description="Where the items came from, and the suite's settings.")

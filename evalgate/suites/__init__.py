@@ -18,6 +18,7 @@ from evalgate.suites._base import (
 from evalgate.suites._chat import LmEvalChatSuite
 from evalgate.suites._lmeval import LmEvalSuite, Member, lmeval_tasks
 from evalgate.suites.arc import arc, arc_chat
+from evalgate.suites.drift import DriftSuite, drift
 from evalgate.suites.gsm8k import gsm8k, gsm8k_chat
 from evalgate.suites.long_context import LongContextSuite, long_context, plan_lengths
 from evalgate.suites.mmlu import mmlu
@@ -29,6 +30,7 @@ __all__ = [
     "CHAT_NATIVE",
     "CHAT_VARIANTS",
     "PRESETS",
+    "DriftSuite",
     "Item",
     "ItemResult",
     "LmEvalChatSuite",
@@ -64,6 +66,7 @@ def default_registry() -> Registry:
     reg.register("mmlu_pro_chat", mmlu_pro_chat)
     reg.register("tool_calls", tool_calls)
     reg.register("long_context", long_context)
+    reg.register("drift", drift)
     reg.register("private", private, prefix=True)
     return reg
 
@@ -77,7 +80,7 @@ CHAT_VARIANTS: dict[str, str] = {
 """Suite -> its chat variant (``--chat``): the prompt through the server's chat template."""
 
 
-CHAT_NATIVE = ("tool_calls", "long_context", "private:")
+CHAT_NATIVE = ("tool_calls", "long_context", "drift", "private:")
 """Suites whose prompts go through the server's chat template already (``long_context`` unless its
 ``chat`` option is off): ``--chat`` leaves them as they are."""
 

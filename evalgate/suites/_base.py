@@ -109,8 +109,9 @@ class Suite(Protocol):
     samples: bool = False
     """Its requests can be sampled (``--repeats``, ``--temperature``): generation can; log-likelihoods
     and a suite's own fixed requests cannot, so ``--repeats`` refuses the suite."""
-    metric_kind: Literal["binary", "continuous"] = "binary"
-    """How the gate tests the primary metric: McNemar for 0/1, a sign-flip test for a graded one."""
+    metric_kind: Literal["binary", "continuous", "drift"] = "binary"
+    """How the gate tests the primary metric: McNemar for 0/1, a sign-flip test for a graded one;
+    drift: no difference test at all, the token-distribution budget rows (``gate/drift.py``)."""
     settings: BaseModel | None = None
     """The suite's own options (``[suites.<name>]``, ``--suite-opt``); None: it takes none."""
     needs_tool_parser: bool = False
@@ -119,6 +120,12 @@ class Suite(Protocol):
     plans_lengths: bool = False
     """It runs at ``--context-lengths``, which the plan settles against each arm's slot before
     launch (``plan_lengths``); a run without such a suite refuses the flag."""
+
+    @property
+    def drift_budget(self) -> str | None:
+        """The drift budgets this suite's own options set (``[suites.drift]``), spelled as
+        ``--drift-budget`` takes them; the flag wins. None: it sets none."""
+        return None
 
     @property
     def takes_thinking(self) -> bool:

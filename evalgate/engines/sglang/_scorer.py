@@ -8,6 +8,14 @@ request starts one token before the continuation and drops that first entry (SGL
 ``SchedulerLogprobResultProcessor._process_input_token_logprobs``). ``top_logprobs_num: 1``
 gives ``input_top_logprobs``, which tells whether each continuation token was greedy.
 
+Token distributions (the drift suite) are the same request with ``top_logprobs_num`` = top k:
+``input_top_logprobs`` holds per position a list of ``[logprob, token_id, text]`` best first, None
+for the first (``_process_input_top_logprobs``; ``TokenizerManager.detokenize_top_logprobs_tokens``
+writes the triples, text None unless ``return_text_in_logprobs``). Prompt positions are not
+sampled: their logprobs are the log-softmax of the raw logits, no temperature or sampler
+(``InputLogprobProcessor._forward_by_chunk`` and ``get_top_logprobs_chunk`` in
+``layers/logprob_processor.py``).
+
 The chat template is observed with ``/tokenize`` given ``messages`` (SGLang renders them as a
 chat completion would, then encodes), and ``/detokenize`` with ``skip_special_tokens: false``
 turns the ids back into the rendered text. ``messages`` in ``/tokenize`` exists from SGLang 0.5.12
@@ -30,11 +38,13 @@ from evalgate.engines._scoring import (
     BatchScorer,
     check_chat,
     check_logprob,
+    check_positions,
     completion_result,
+    forced_split,
     invalid,
     parsing,
 )
-from evalgate.engines.api import LogLik, Split
+from evalgate.engines.api import LogLik, Position, Split
 from evalgate.engines.client import RequestFailed
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
@@ -45,8 +55,10 @@ __all__ = [
     "FLUSH_WAIT_S",
     "SGLangScorer",
     "continued",
+    "distributions_payload",
     "loglikelihood_payload",
     "read_continuation_logprobs",
+    "read_positions",
 ]
 
 FLUSH_WAIT_S = 30.0
@@ -86,6 +98,15 @@ class SGLangScorer(BatchScorer):
             read_continuation_logprobs(out, cont, server=self.server)
             for out, (_, cont) in zip(outs, splits, strict=True)
         ]
+
+    async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
+        """Teacher forcing in one ``/generate`` that generates nothing: every position of
+        ``tokens`` from ``start`` on, with its top ``top_k`` (module docstring)."""
+        _, forced = forced_split(tokens, start, top_k)
+        if not forced:
+            return []
+        data = await self.http.post("/generate", distributions_payload(tokens, start=start, top_k=top_k))
+        return read_positions(data, forced, top_k=top_k, server=self.server)
 
     # -- generation and chat -----------------------------------------------------------------
     async def generate(
@@ -218,3 +239,37 @@ def read_continuation_logprobs(out: Any, cont: list[int], *, server: str = "SGLa
             if top and int(top[0][1]) != want:
                 greedy = False
     return total, greedy, len(cont)
+
+
+def distributions_payload(tokens: Sequence[int], *, start: int, top_k: int) -> dict[str, Any]:
+    """The ``/generate`` body for the positions of ``tokens`` from ``start`` on; pure for tests."""
+    return {
+        "input_ids": [int(t) for t in tokens],
+        "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+        "return_logprob": True,
+        "logprob_start_len": start - 1,  # one early: SGLang's first input logprob is always None
+        "top_logprobs_num": top_k,
+    }
+
+
+def read_positions(out: Any, forced: list[int], *, top_k: int, server: str = "SGLang") -> list[Position]:
+    """The positions of ``forced`` from one ``/generate`` result: ``input_token_logprobs``
+    (``[logprob, id, text]``) and ``input_top_logprobs`` (a list of those per position), each
+    without its leading None, checked by ``check_positions``."""
+    with parsing(server, "/generate prompt logprobs"):
+        if isinstance(out, list) and len(out) == 1:
+            out = out[0]
+        meta = out.get("meta_info") or {}
+        entries = list(meta.get("input_token_logprobs") or [])[1:]
+        tops = list(meta.get("input_top_logprobs") or [])[1:]
+        if len(entries) != len(forced) or len(tops) != len(forced):
+            raise invalid(
+                server,
+                f"returned {len(entries)} prompt logprobs and {len(tops)} top lists for {len(forced)} "
+                "forced tokens (an SGLang that ignores logprob_start_len or top_logprobs_num: upgrade SGLang)",
+            )
+        answered = [
+            (entry[1], entry[0], None if top is None else [(t[1], t[0]) for t in top])
+            for entry, top in zip(entries, tops, strict=True)
+        ]
+    return check_positions(answered, forced, server, top_k=top_k)

@@ -17,6 +17,16 @@ is refused, by the request's validator when both are sent ("Cannot set both", 0.
 ``chat_completion/protocol.py`` ``check_generation_prompt``) and by the tokenizer's
 ``apply_chat_template`` when only the first is.
 
+Token distributions (the drift suite): the same request with ``prompt_logprobs`` = top k and no
+``logprobs``. Per position, vLLM 0.33.0 puts the prompt token first with its own rank, then the top
+k with ranks 1..k (``append_logprobs_for_next_position`` in ``vllm/logprobs.py``, a dict, so a
+prompt token inside the top k is listed once): the top k are the entries of rank <= k, and a
+prompt token outside them has rank > k (``Sampler.gather_logprobs`` counts the tokens at least as
+likely). The values are the log-softmax of the raw logits (``GPUModelRunner._get_prompt_logprobs_dict``
+with the default ``logprobs_mode`` raw_logprobs; a server started with ``raw_logits`` answers
+logits, which the check refuses), -inf written as -9999.0 (``clamp_prompt_logprobs``). A top k
+above the server's ``--max-logprobs`` (default 20) is refused by vLLM (``SamplingParams``).
+
 Speed, not scores: ``prompt_logprobs`` turns off reading the prefix cache for the request
 (0.33.0 ``sampling_params.py``: ``skip_reading_prefix_cache``), so the choices of one question each
 prefill their context again.
@@ -32,16 +42,24 @@ from evalgate.engines._scoring import (
     BatchScorer,
     check_chat,
     check_logprob,
+    check_positions,
     completion_result,
+    forced_split,
     invalid,
     parsing,
 )
-from evalgate.engines.api import LogLik, Split
+from evalgate.engines.api import LogLik, Position, Split
 from evalgate.engines.client import RequestFailed, RetryPolicy
 from evalgate.engines.vllm._diagnose import TESTED_VERSION
 from evalgate.errors import PreflightError
 
-__all__ = ["VLLMScorer", "loglikelihood_payload", "read_continuation_logprobs"]
+__all__ = [
+    "VLLMScorer",
+    "distributions_payload",
+    "loglikelihood_payload",
+    "read_continuation_logprobs",
+    "read_positions",
+]
 
 _SETTINGS = "evalgate.toml [vllm]"
 
@@ -96,6 +114,44 @@ def _read(choice: Any, ctx: list[int], cont: list[int], server: str) -> LogLik:
             values.append(check_logprob(value, server, f"continuation token {want}"))
             greedy = greedy and bool(top) and value >= max(top.values())
     return sum(values), greedy, len(cont)
+
+
+def distributions_payload(tokens: Sequence[int], *, top_k: int, model: str | None) -> dict[str, Any]:
+    """The ``/v1/completions`` body for the prompt logprobs of ``tokens`` with the top ``top_k``
+    per position (echo with ``max_tokens: 0`` generates nothing: 0.33.0
+    ``CompletionRequest.to_sampling_params``); pure for tests."""
+    body: dict[str, Any] = {
+        "prompt": [int(t) for t in tokens],
+        "max_tokens": 0,
+        "echo": True,
+        "prompt_logprobs": top_k,
+        "temperature": 0.0,
+    }
+    return {"model": model, **body} if model else body
+
+
+def read_positions(
+    choice: Any, tokens: Sequence[int], start: int, *, top_k: int, server: str = "vLLM"
+) -> list[Position]:
+    """The positions of ``tokens[start:]`` from one choice's ``prompt_logprobs`` (module
+    docstring): the forced token's own entry, and the entries of rank <= ``top_k`` best first."""
+    forced = [int(t) for t in tokens[start:]]
+    with parsing(server, "/v1/completions prompt logprobs"):
+        prompt = choice.get("prompt_logprobs")
+        if not isinstance(prompt, list) or len(prompt) != len(tokens):
+            _misaligned(
+                server, len(tokens), f"{len(prompt) if isinstance(prompt, list) else 0} prompt logprobs"
+            )
+        answered = []
+        for want, position in zip(forced, prompt[start:], strict=True):
+            entries = {int(k): v for k, v in (position or {}).items()}
+            if want not in entries:
+                _misaligned(server, len(tokens), f"no logprob for token {want}")
+            ranked = sorted(
+                (int(v["rank"]), t, v["logprob"]) for t, v in entries.items() if int(v["rank"]) <= top_k
+            )
+            answered.append((want, entries[want]["logprob"], [(t, lp) for _, t, lp in ranked]))
+    return check_positions(answered, forced, server, top_k=top_k)
 
 
 def _misaligned(server: str, n: int, what: str) -> NoReturn:
@@ -154,6 +210,21 @@ class VLLMScorer(BatchScorer):
             read_continuation_logprobs(c, *split, server=self.server)
             for c, split in zip(choices, splits, strict=True)
         ]
+
+    async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
+        """Teacher forcing as prompt logprobs: one ``/v1/completions`` over all of ``tokens``,
+        read from ``start`` on (module docstring)."""
+        _, forced = forced_split(tokens, start, top_k)
+        if not forced:
+            return []
+        data = await self.http.post(
+            "/v1/completions", distributions_payload(tokens, top_k=top_k, model=self.model)
+        )
+        with parsing(self.server, "/v1/completions choices"):
+            choices = data.get("choices") or []
+        if len(choices) != 1:
+            raise invalid(self.server, f"answered {len(choices)} choices for one prompt")
+        return read_positions(choices[0], tokens, start, top_k=top_k, server=self.server)
 
     async def generate(
         self,

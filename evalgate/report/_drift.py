@@ -1,0 +1,208 @@
+"""The drift panels (verdict.json ``drift``) and the flip-drift table (``flip_drift``) for every renderer.
+
+A drift suite has no answers to flip: its rows are budgets on the token distribution's change
+(gate/drift.py). Each panel holds one suite's rows, the per-token KL quantiles and top-1
+agreement per pair of arms (the candidate, and with ``--aa`` the A/A noise floor), and the chart
+of the mean KL against the scored position. Numbers are formatted here once, so HTML, Markdown,
+JUnit and the terminal agree: KL in nats per token to 3 significant digits, ratios as x1.0123,
+shares as percentages. Returns plain headers, rows and text; ``_view`` keeps them (no import
+back, no cycle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+
+from evalgate.gate import Verdict
+from evalgate.gate.drift import DriftRow, SuiteDrift
+from evalgate.report import _format as fmt
+from evalgate.report.drift_svg import drift_chart
+
+__all__ = [
+    "FLIP_HEADERS",
+    "FLIP_NOTE",
+    "FLIP_TITLE",
+    "HEADERS",
+    "PAIRS",
+    "QUANTILE_HEADERS",
+    "DriftPanel",
+    "DriftTable",
+    "drift_cells",
+    "drift_label",
+    "drift_panels",
+    "drift_value",
+    "flip_drift_table",
+    "flip_drift_tables",
+    "quantile_rows",
+]
+
+HEADERS = ["measure", "pair", "n", "estimate", "lower bound", "upper bound", "budget", "status", "reason"]
+QUANTILE_HEADERS = ["pair", "KL p50", "KL p90", "KL p99", "KL p99.9", "top-1 agreement"]
+FLIP_HEADERS = [
+    "suite", "flipped n", "flipped: mean choice KL", "unflipped n", "unflipped: mean choice KL", "AUC",
+]  # fmt: skip
+PAIRS = {"candidate": "candidate", "aa": "A/A (noise floor)"}
+"""How a row's pair of arms reads: the gated baseline-vs-candidate pair, or the baseline's second launch."""
+FLIP_TITLE = "Does the distribution predict the flips?"
+FLIP_NOTE = (
+    "Choice KL: the KL divergence (nats) between the arms' distributions over a multiple-choice item's "
+    "choices. AUC: the chance that a flipped item's KL exceeds an unflipped one's (ties count half): "
+    "0.5 means the distribution's drift does not tell the flipped items from the others, near 1 that it "
+    "predicts them."
+)
+NOTE = (
+    "KL(baseline ‖ candidate) per scored token in nats, from each position's top-k lists (the tokens in "
+    "both plus one remainder bucket: a lower bound on the true KL); perplexity ratio = candidate over "
+    "baseline. The bounds are one-sided {level} paired-bootstrap bounds over documents: a row passes "
+    "when its upper bound is below the budget, blocks when the drift is shown above it, and is "
+    "UNDERPOWERED otherwise (more documents narrow the bounds)."
+)
+
+
+@dataclass(frozen=True)
+class DriftTable:
+    """A plain table (``title``, ``headers``, ``rows``, as ``_view.Section`` and the section macro read)."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class DriftPanel:
+    """One drift suite; ``title``, ``headers``, ``rows``, ``note`` and ``svg`` as in ``_view.Section``."""
+
+    key: str
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    statuses: list[str]
+    """Each row's status (pass, block, underpowered, info), for its badge."""
+    note: str
+    svg: Markup
+    suite: str
+    quantiles: DriftTable | None
+    """Per pair: the per-token KL quantiles and top-1 agreement (None: an imported task, no distributions)."""
+    flagged: list[str] = field(default_factory=list)
+    """The reasons of the rows that block or are underpowered, escaped-ready text."""
+    gated: list[DriftRow] = field(default_factory=list)
+    """The gated rows (JUnit makes each a test case)."""
+
+
+def drift_label(row: DriftRow) -> str:
+    """The measure as a reader names it, with its unit."""
+    if row.measure == "kld":
+        return "mean KL (nats/token)"
+    if row.measure == "ppl_ratio":
+        return f"perplexity ratio (per {row.unit.removesuffix('s')})"
+    if row.measure == "top1_agree":
+        return "top-1 agreement"
+    return row.measure
+
+
+def drift_value(measure: str, value: float | None) -> str:
+    """KL to 3 significant digits, a ratio as x1.0123, a share as a percentage; None as a dash."""
+    if value is None:
+        return "—"
+    if measure == "kld":
+        return f"{value:.3g}"
+    if measure == "ppl_ratio":
+        return f"x{value:.4f}"
+    if measure == "top1_agree":
+        return fmt.pct(value)
+    return f"{value:.4g}"
+
+
+def drift_cells(row: DriftRow) -> list[str]:
+    """One row of the drift table (``HEADERS``), formatted as every renderer shows it."""
+    return [
+        drift_label(row),
+        PAIRS.get(row.pair, fmt.clean(row.pair)),
+        str(row.n),
+        drift_value(row.measure, row.estimate),
+        drift_value(row.measure, row.lower),
+        drift_value(row.measure, row.upper),
+        drift_value(row.measure, row.budget) if row.budget is not None else "not gated",
+        row.status.upper(),
+        fmt.clean(row.reason),
+    ]
+
+
+def quantile_rows(s: SuiteDrift) -> list[list[str]]:
+    """Per pair with distributions: the per-token KL's p50, p90, p99, p99.9 and top-1 agreement."""
+    agree = {r.pair: r.estimate for r in s.rows if r.measure == "top1_agree"}
+    out = []
+    for pair in [p for p in PAIRS if p in s.quantiles] + [p for p in s.quantiles if p not in PAIRS]:
+        q = s.quantiles[pair]
+        out.append(
+            [
+                PAIRS.get(pair, fmt.clean(pair)),
+                *(drift_value("kld", q.get(k)) for k in ("p50", "p90", "p99", "p99.9")),
+                drift_value("top1_agree", agree.get(pair)),
+            ]
+        )
+    return out
+
+
+def drift_panels(verdict: Verdict) -> list[DriftPanel]:
+    """One panel per suite in verdict.json's ``drift``; none for a run without them."""
+    out = []
+    level = f"{(1 - verdict.alpha) * 100:g}%"
+    for i, s in enumerate(verdict.drift):
+        kld = next((r for r in s.rows if r.measure == "kld" and r.budget is not None), None)
+        quantiles = quantile_rows(s)
+        note = NOTE.format(level=level) + (f" {s.note}." if s.note else "")
+        out.append(
+            DriftPanel(
+                key=f"drift-{i}",
+                title=fmt.clean(f"{s.suite}: distribution drift"),
+                headers=list(HEADERS),
+                rows=[drift_cells(r) for r in s.rows],
+                statuses=[r.status for r in s.rows],
+                note=fmt.clean(note),
+                svg=drift_chart(s, budget=kld.budget if kld is not None else None),
+                suite=fmt.clean(s.suite),
+                quantiles=DriftTable("per-token KL quantiles", list(QUANTILE_HEADERS), quantiles)
+                if quantiles
+                else None,
+                flagged=[
+                    fmt.clean(f"{r.status.upper()}: {r.reason}")
+                    for r in s.rows
+                    if r.status in ("block", "underpowered")
+                ],
+                gated=[r for r in s.rows if r.gated],
+            )
+        )
+    return out
+
+
+def _kl(value: Any) -> str:
+    return "—" if value is None else f"{float(value):.3g}"
+
+
+def flip_drift_table(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) from verdict.json's ``flip_drift`` (the dict form every renderer reads)."""
+    out = []
+    for r in rows:
+        auc = r.get("auc")
+        out.append(
+            [
+                fmt.clean(str(r.get("suite", ""))),
+                str(r.get("flipped", 0)),
+                _kl(r.get("flipped_kl")),
+                str(r.get("unflipped", 0)),
+                _kl(r.get("unflipped_kl")),
+                "—" if auc is None else f"{float(auc):.2f}",
+            ]
+        )
+    return list(FLIP_HEADERS), out
+
+
+def flip_drift_tables(verdict: Verdict) -> list[tuple[list[str], list[list[str]]]]:
+    """The flip-drift table as a one-element list, or none for a run without one."""
+    rows = verdict.to_dict().get("flip_drift") or []
+    return [flip_drift_table(rows)] if rows else []
