@@ -16,13 +16,20 @@ from evalgate import stats
 __all__ = ["PlanRow", "family_size", "plan_power"]
 
 
+DRIFT_GATED_ROWS = 2
+"""A live drift suite's rows in the Holm family: the mean KL and the perplexity ratio."""
+
+
 def family_size(
     kinds: Sequence[str], *, policy: str, agreement_gate: bool, errors_as_wrong: bool = False
 ) -> int:
     """Tests in the Holm family of a run over suites of these ``kinds`` (loglikelihood, generate,
-    chat): each suite's accuracy row (none under non-inferiority, an intersection-union test), its
-    agreement row, and the unanswered test of a generation suite (every suite with errors as wrong)."""
-    accuracy = 0 if policy == "non-inferiority" else len(kinds)
+    chat, drift): each suite's accuracy row (none under non-inferiority, an intersection-union test), its
+    agreement row, and the unanswered test of a generation suite (every suite with errors as wrong);
+    a drift suite adds its two budget rows (KL and perplexity ratio) instead, none under NI."""
+    drift = sum(1 for k in kinds if k == "drift")
+    kinds = [k for k in kinds if k != "drift"]
+    accuracy = 0 if policy == "non-inferiority" else len(kinds) + DRIFT_GATED_ROWS * drift
     if not agreement_gate:
         return accuracy
     unanswered = sum(1 for k in kinds if errors_as_wrong or k != "loglikelihood")
@@ -62,7 +69,9 @@ def plan_power(
     level = alpha if policy == "non-inferiority" else alpha / max(1, tests)
     alternative = "two-sided" if policy == "difference" else "less"
     rows = []
-    for name, (_, available) in suites.items():
+    for name, (kind, available) in suites.items():
+        if kind == "drift":  # budget rows: no accuracy change to size
+            continue
         rate, source = flip_rates[name]
         needed = stats.required_n(mde, rate, alpha=level, power=power, alternative=alternative)  # type: ignore[arg-type]
         at = None

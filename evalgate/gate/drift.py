@@ -209,9 +209,9 @@ def _rows(
     if all(t is not None for t in tops):
         same = total = 0
         for tb, tc in tops:  # type: ignore[misc]
-            kls.append([stats.position_kld(b, c) for b, c in zip(tb, tc, strict=True)])
-            same += sum(stats.top1_same(b, c) for b, c in zip(tb, tc, strict=True))
-            total += len(tb)
+            kls.append([float(v) for v in stats.position_klds(tb, tc)])
+            doc = stats.document_drift(tb, tc)
+            same, total = same + doc.top1_same, total + doc.n
         sums, counts = [math.fsum(doc) for doc in kls], [float(len(doc)) for doc in kls]
         rows.append(
             _budget_row(
@@ -259,9 +259,12 @@ def _budget_row(
     ppl = measure == "ppl_ratio"
     on_theta = None if limit is None else (math.log1p(limit) if ppl else limit)
     test = stats.ratio_budget_test(
-        numer, denom, budget=on_theta if on_theta is not None else 0.0,  # an info row's p is not used alpha=alpha,
+        numer,
+        denom,
+        budget=on_theta if on_theta is not None else 0.0,
+        alpha=alpha,
         seed=stats.stable_seed(seed, suite, measure, unit, pair_name),
-    )  # fmt: skip
+    )  # fmt: skip  (an info row's budget is 0.0: its p is not used)
     show = math.exp if ppl else (lambda v: v)
     row = DriftRow(
         suite, measure, pair_name, unit, len(numer), int(sum(denom)), float(show(test.estimate)),

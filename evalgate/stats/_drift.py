@@ -292,7 +292,7 @@ def ratio_budget_test(
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(count("seed", seed))
     thetas, ses = _resample_ratio(x, y, n_resamples, rng)
     p_lower, p_upper = (float(v) for v in np.quantile(thetas, [alpha, 1 - alpha]))
-    p_pct = float(np.mean(thetas <= budget))
+    p_pct = _pvalue(int(np.count_nonzero(thetas <= budget)), thetas.size)
     if method == "percentile":
         return result(p_lower, p_upper, p_pct, method)
     se = math.sqrt(float((resid**2).sum()) / (n * (n - 1))) / float(y.mean())
@@ -302,10 +302,16 @@ def ratio_budget_test(
         t = np.where(ses > flat, shift / ses, np.where(shift == 0, 0.0, np.sign(shift) * np.inf))
     q_low, q_high = (float(v) for v in np.quantile(t, [alpha, 1 - alpha], method="inverted_cdf"))
     t_lower, t_upper = theta - q_high * se, theta - q_low * se
-    p_t = float(np.mean(t >= (theta - budget) / se))
+    p_t = _pvalue(int(np.count_nonzero(t >= (theta - budget) / se)), t.size)
     if method == "studentized":
         return result(t_lower, t_upper, p_t, method)
     return result(min(p_lower, t_lower), max(p_upper, t_upper), max(p_pct, p_t), method)
+
+
+def _pvalue(hits: int, resamples: int) -> float:
+    """(1 + hits) / (1 + resamples): a resampling p-value is never 0 (Davison & Hinkley 1997, 4.4),
+    the same rule as the sign-flip test's."""
+    return (1 + hits) / (1 + resamples)
 
 
 def _resample_ratio(

@@ -42,7 +42,7 @@ class DriftSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     top_k: int = Field(20, ge=1, le=20, description="alternatives recorded per position (the KL's buckets)")
     max_tokens: int = Field(
-        48, ge=1, le=2048, description="solution tokens scored per document (teacher-forced positions)"
+        32, ge=1, le=2048, description="solution tokens scored per document (teacher-forced positions)"
     )
     source: Literal["gsm8k"] = Field("gsm8k", description="documents: GSM8K train question + solution")
     kld_budget: float | None = Field(
