@@ -1,0 +1,55 @@
+"""The drift suite on the real llama-server (#30): the A/A pair is exactly 0 with --deterministic,
+and a 4-bit KV cache blocks on the drift rows alone, at n where accuracy could not tell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalgate.cli import main
+
+pytestmark = pytest.mark.e2e
+
+KV4 = """
+[variants.kv4]
+base = "bf16"
+kv = "fp8"
+args = { "-ctk" = "q4_0", "-ctv" = "q4_0" }
+"""
+
+
+def drift_rows(run: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    verdict = json.loads((run / "verdict.json").read_text())
+    (section,) = verdict["drift"]
+    return {(r["measure"], r["pair"]): r for r in section["rows"]}
+
+
+def test_deterministic_aa_drift_is_exactly_zero(data_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "aa"
+    code = main(["compare", "--baseline", "bf16", "--candidate", "bf16", "--deterministic", "--suites", "drift",
+                 "--limit", "8", "--data-dir", str(data_dir), "--out", str(run)])  # fmt: skip
+    assert code == 0
+    rows = drift_rows(run)
+    kld, ppl = rows[("kld", "candidate")], rows[("ppl_ratio", "candidate")]
+    assert kld["estimate"] == 0.0 and kld["upper"] == 0.0 and kld["status"] == "pass"
+    assert ppl["estimate"] == 1.0 and rows[("top1_agree", "candidate")]["estimate"] == 1.0
+    base = [json.loads(x) for x in (run / "items" / "drift.baseline.jsonl").read_text().splitlines()]
+    assert all(len(r["response"]["top"]) == r["tokens"]["scored"] == 32 for r in base)
+
+
+def test_four_bit_kv_blocks_on_the_drift_rows(data_dir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "evalgate.toml"
+    config.write_text(KV4)
+    run = tmp_path / "kv4"
+    code = main(["compare", "--config", str(config), "--baseline", "bf16", "--candidate", "kv4", "--suites",
+                 "drift", "--limit", "12", "--data-dir", str(data_dir), "--out", str(run)])  # fmt: skip
+    assert code == 1
+    rows = drift_rows(run)
+    kld = rows[("kld", "candidate")]
+    assert kld["status"] == "block" and kld["lower"] > kld["budget"] == 0.01, kld
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert "mean KL" in verdict["reason"] and "above the budget" in verdict["reason"]
+    assert "drift" in (run / "summary.md").read_text()
