@@ -20,11 +20,16 @@ Example::
     deadline_s = 7200     # the whole run (unset: none)
 
 The flags of ``evalgate compare`` are fields of ``evalgate.request.CompareRequest``, not of this
-file. A suite option given with ``--suite-opt SUITE.KEY=VALUE`` wins over its table here.
+file. A suite option given with ``--suite-opt SUITE.KEY=VALUE`` wins over its table here. A
+``[suites.<name>]`` table applies when the run includes that suite under that name: ``--suites gsm8k
+--chat`` runs gsm8k_chat, so its table is ``[suites.gsm8k_chat]`` (a ``[suites.gsm8k]`` table is then
+refused); the tables of suites a run leaves out stay unused. Numbers must be finite (TOML allows
+``inf`` and ``nan``) and within each key's range.
 """
 
 from __future__ import annotations
 
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -39,13 +44,33 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ClientConfig", "EvalgateConfig", "load_config", "read_text"]
+__all__ = [
+    "MAX_DEADLINE_S",
+    "MAX_TIMEOUT_S",
+    "MAX_TRIES",
+    "ClientConfig",
+    "EvalgateConfig",
+    "load_config",
+    "path_kind",
+    "read_text",
+    "require_regular_file",
+]
+
+MAX_TIMEOUT_S = 86_400.0
+"""The longest one request, or one server start, may take: a day. More is a typo, and an
+infinite wait overflows the event loop's timer (``OverflowError``) instead of waiting."""
+MAX_DEADLINE_S = 30 * 86_400.0
+"""The longest a whole run may take: 30 days."""
+MAX_TRIES = 20
+"""Tries per request: past that a failing server is failing, not unlucky."""
+_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+"""Every section: unknown keys refused, and no ``inf`` or ``nan`` (TOML has both) for a number."""
 
 
 class LlamaCppConfig(BaseModel):
     """``[llamacpp]``: launch settings shared by both arms of the CPU engine (``evalgate.engines.llamacpp``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
     ctx_per_slot: int = Field(4096, ge=256, description="Context tokens per parallel slot.")
     parallel: int = Field(4, ge=1, le=256, description="Parallel slots (-np) and client concurrency.")
     threads: int = Field(2, ge=1, description="CPU threads (-t).")
@@ -63,7 +88,7 @@ class LlamaCppConfig(BaseModel):
     spin_count: int | None = Field(
         None, ge=0, description="GOMP_SPINCOUNT: spins before an idle OpenMP worker sleeps (None: unset)."
     )
-    ready_timeout_s: float = Field(120.0, gt=0, description="Seconds to wait for /health.")
+    ready_timeout_s: float = Field(120.0, gt=0, le=MAX_TIMEOUT_S, description="Seconds to wait for /health.")
     deterministic: bool = Field(
         False,
         description="One slot, one request at a time, no prompt cache: logprobs are bit-identical "
@@ -75,13 +100,25 @@ class LlamaCppConfig(BaseModel):
         "left in message.content; deepseek: message.reasoning_content; deepseek-legacy: both; auto). "
         "None: not passed (llama-server's default, auto).",
     )
+    cache_ram_mib: int = Field(
+        0,
+        ge=-1,
+        description="--cache-ram of both arms: MiB of llama-server's host-memory prompt cache, one pool shared "
+        "by every slot (0: off, -1: no limit). Off by default: llama.cpp#27148 restores an unrelated "
+        "conversation from it into a fresh slot under concurrent load.",
+    )
+    cache_idle_slots: bool = Field(
+        False,
+        description="True keeps llama-server's --cache-idle-slots (idle slots saved to the prompt cache); "
+        "False passes --no-cache-idle-slots on both arms (llama.cpp#27148).",
+    )
 
 
 class GPUConfig(BaseModel):
     """Fields both GPU engines' sections have: where each arm runs, how long it may take to start,
     how many requests it gets at once, and which interpreter has the engine."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
     dtype: str = Field("bfloat16", description="--dtype of both arms: the precision the model computes in.")
     tool_call_parser: str | None = Field(
         None,
@@ -101,7 +138,9 @@ class GPUConfig(BaseModel):
     arm_gpus: dict[str, str] = Field(
         default_factory=dict, description="Per-arm override of gpus, e.g. {candidate = '1'}."
     )
-    ready_timeout_s: float = Field(900.0, gt=0, description="Seconds the server may take to start.")
+    ready_timeout_s: float = Field(
+        900.0, gt=0, le=MAX_TIMEOUT_S, description="Seconds the server may take to start."
+    )
     python: str = Field(
         "python",
         description="Interpreter that has the engine installed (asked for its version; SGLang is "
@@ -169,22 +208,28 @@ class VLLMConfig(GPUConfig):
 class ClientConfig(BaseModel):
     """``[client]``: how long evalgate waits for a server; flags of the same meaning win."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
     timeout_s: float | None = Field(
         None,
         gt=0,
+        le=MAX_TIMEOUT_S,
         description="Seconds one try of one request may take (unset: the engine's, 60; llama.cpp 600).",
     )
-    tries: int = Field(2, ge=1, le=20, description="Tries per request (5xx, timeouts, dropped connections).")
+    tries: int = Field(
+        2, ge=1, le=MAX_TRIES, description="Tries per request (5xx, timeouts, dropped connections)."
+    )
     deadline_s: float | None = Field(
-        None, gt=0, description="Seconds the whole run may take (records are kept; --resume continues)."
+        None,
+        gt=0,
+        le=MAX_DEADLINE_S,
+        description="Seconds the whole run may take (records are kept; --resume continues).",
     )
 
 
 class VariantConfig(BaseModel):
     """``[variants.<name>]``: a variant of your own, built on a built-in one (``evalgate.variants``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
     base: str = Field("bf16", description="Built-in variant this one starts from.")
     model: str | None = Field(None, description="Weights checkpoint path, overriding the engine default.")
     weights: str | None = Field(None, description="Weights precision label: bf16, fp8 or int4.")
@@ -194,7 +239,7 @@ class VariantConfig(BaseModel):
 
 
 class EvalgateConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
     engine: str | None = Field(None, description="Engine: llamacpp (default on CPU), sglang or vllm.")
     llamacpp: LlamaCppConfig = Field(default_factory=LlamaCppConfig)
     sglang: SGLangConfig = Field(default_factory=SGLangConfig)
@@ -220,13 +265,10 @@ def load_config(path: Path | None) -> EvalgateConfig:
     """Load ``path``, or ``./evalgate.toml`` when it exists, or the defaults."""
     if path is None:
         default = Path("evalgate.toml")
-        if not default.exists():
+        if not (default.exists() or default.is_symlink()):
             return EvalgateConfig()
         path = default
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist", fix="check the --config path")
-    if not path.is_file():
-        raise ConfigError(f"--config {path} is not a file", fix="pass the evalgate.toml file, not its folder")
+    require_regular_file(path, "config file", fix="pass the evalgate.toml file itself with --config")
     try:
         data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
@@ -242,9 +284,42 @@ def load_config(path: Path | None) -> EvalgateConfig:
         ) from exc
 
 
+def path_kind(path: Path) -> str:
+    """What ``path`` is, in words that finish "PATH ...": "does not exist", "is a directory",
+    "is a FIFO (named pipe)", ... A message about a path that is there but is not a regular file
+    says what it is, never that it does not exist."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "is a symbolic link to a path that does not exist" if path.is_symlink() else "does not exist"
+    except OSError as exc:  # a symlink loop (ELOOP), a folder that may not be listed
+        return f"cannot be reached ({exc.strerror or exc})"
+    for test, words in (
+        (stat.S_ISREG, "is a regular file"),
+        (stat.S_ISDIR, "is a directory"),
+        (stat.S_ISFIFO, "is a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "is a socket"),
+        (stat.S_ISCHR, "is a character device"),
+        (stat.S_ISBLK, "is a block device"),
+    ):
+        if test(mode):
+            return words
+    return "is not a regular file"
+
+
+def require_regular_file(path: Path, what: str, *, fix: str) -> None:
+    """Refuse (exit 2) a ``path`` that is not a regular file, saying what it is: reading a FIFO
+    blocks forever and a device never ends, so neither is read."""
+    kind = path_kind(path)
+    if kind != "is a regular file":
+        said = kind if kind.startswith(("does not", "cannot")) else f"is not a file: it {kind}"
+        raise ConfigError(f"{what} {path} {said}", fix=fix)
+
+
 def read_text(path: Path) -> str:
-    """A text file as UTF-8; a file that is not UTF-8 (or cannot be read) is a ConfigError naming
-    the file and the line of the first bad byte."""
+    """A text file as UTF-8; a file that is not UTF-8 (or cannot be read, or is not a regular
+    file) is a ConfigError naming the file and the line of the first bad byte."""
+    require_regular_file(path, "the file", fix="give a regular text file (not a folder, pipe or device)")
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -6,10 +6,16 @@ record, the manifest, a report or the terminal passes through ``redact`` first: 
 other secrets become ``***``, URL credentials become ``***@``, private exam text becomes
 ``[private]`` (also a fragment of it, and its JSON-escaped form, as an echo would carry it),
 and the result is cut to a short excerpt.
+
+Settings (lm-eval's ``model_args``, a server's reported args, a variant's environment) are masked
+by what their key names, through ``is_secret_key``: a secret's name (``api_key``, ``hf_token``,
+``password``), never a name that merely contains one (``tokenizer``, ``max_tokens``,
+``add_bos_token``), so a tokenizer difference between the arms stays visible.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,7 +28,11 @@ __all__ = [
     "PRIVATE",
     "env_secrets",
     "excerpt",
+    "is_secret_key",
+    "mask_args",
+    "mask_settings",
     "payload_texts",
+    "recorded_settings",
     "redact",
     "redact_url",
 ]
@@ -38,6 +48,20 @@ _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@\"']*@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{6,}")
 _KEY_ENVS = ("EVALGATE_BASELINE_API_KEY", "EVALGATE_CANDIDATE_API_KEY")
 
+_SECRET_WORDS = frozenset({"secret", "secrets", "password", "passwd", "credential", "credentials"})
+"""A word that makes any name a secret's (``client_secret``, ``ssl_keyfile_password``)."""
+_SECRET_LAST = frozenset({"key", "apikey", "token", "authtoken", "accesstoken", "authorization"})
+"""A last word that makes a name a secret's (``api_key``, ``hf_token``, ``HF_TOKEN``)."""
+_VOCABULARY = frozenset(
+    "bos eos pad unk sep cls mask stop start end eot eom eod sot special image audio video vision "
+    "think tool fim prefix suffix middle decoder".split()
+)
+"""A word before ``token`` that names a vocabulary token, not a credential (``add_bos_token``)."""
+_WORD_SPLIT = re.compile(r"[^a-z0-9]+")
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_ARG = re.compile(r"(^|,)(\s*)([^=,]+?)(\s*=\s*)([^,]*)")
+"""One ``key=value`` of a comma-separated argument string (lm-eval's ``model_args``)."""
+
 
 def env_secrets(env: Mapping[str, str] | None = None) -> list[str]:
     """The attach-mode API keys of both arms, as set in the environment."""
@@ -48,6 +72,57 @@ def env_secrets(env: Mapping[str, str] | None = None) -> list[str]:
 def redact_url(url: str) -> str:
     """``http://user:pass@host:8000`` -> ``http://***@host:8000`` (anything else unchanged)."""
     return _URL_CREDENTIALS.sub(lambda m: m.group(1) + MASK + "@", url)
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a setting named ``name`` holds a secret: its last word is key or token (a whole
+    word: ``token``, ``hf_token``, ``access_token``, ``api_key``, ``apiKey``), unless a vocabulary
+    token is meant (``add_bos_token``, ``pad_token``), or any word is secret, password, passwd or
+    credential(s). ``tokenizer``, ``tokenizer_backend``, ``max_tokens``, ``ssl_keyfile`` are not."""
+    words = [w for w in _WORD_SPLIT.split(_CAMEL.sub(r"\1_\2", str(name)).lower()) if w]
+    if not words:
+        return False
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    if words[-1] not in _SECRET_LAST:
+        return False
+    return not (words[-1] == "token" and len(words) > 1 and words[-2] in _VOCABULARY)
+
+
+def recorded_settings(pairs: Any) -> list[tuple[str, Any]]:
+    """``(name, value)`` launch settings or environment as a manifest may hold them: the value of a
+    secret name (``is_secret_key``; a flag's dashes read as underscores) becomes ``sha256:`` and
+    the first 16 hex digits of its digest, so no secret is written, and a resume still sees that
+    it changed (both sides are recorded the same way)."""
+    out = []
+    for name, value in pairs:
+        if value is not None and is_secret_key(str(name).lstrip("-").replace("-", "_")):
+            value = "sha256:" + hashlib.sha256(str(value).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        out.append((name, value))
+    return out
+
+
+def mask_args(args: str) -> str:
+    """``k=v,k2=v2`` with the value of every secret key (``is_secret_key``) as ``***`` and URL
+    credentials masked; the other values are kept as written."""
+
+    def one(m: re.Match[str]) -> str:
+        value = MASK if is_secret_key(m.group(3)) else m.group(5)
+        return m.group(1) + m.group(2) + m.group(3) + m.group(4) + value
+
+    return redact_url(_ARG.sub(one, str(args)))
+
+
+def mask_settings(value: Any) -> Any:
+    """A copy of a settings mapping (nested mappings and lists too) with the value of every
+    secret key (``is_secret_key``) as ``***`` and URL credentials masked in every string."""
+    if isinstance(value, str):
+        return redact_url(value)
+    if isinstance(value, Mapping):
+        return {k: MASK if is_secret_key(str(k)) else mask_settings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_settings(v) for v in value]
+    return value
 
 
 def _forms(text: str) -> list[str]:

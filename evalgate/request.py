@@ -10,18 +10,25 @@ comma-separated or repeated list). The request is stored once per run, as the ma
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from evalgate.config import MAX_DEADLINE_S, MAX_TIMEOUT_S, MAX_TRIES, path_kind
 from evalgate.errors import ConfigError
+from evalgate.redact import redact_url
 
 __all__ = [
     "DEFAULT_SUITES",
+    "MAX_REPEATS",
+    "MIN_ALPHA",
     "TIMING_FIELDS",
     "CompareRequest",
     "Flag",
@@ -36,9 +43,14 @@ Policy = Literal["difference", "regression", "non-inferiority"]
 Preset = Literal["smoke", "quick", "full"]
 Protocol = Literal["auto", "llamacpp", "sglang", "vllm"]
 Thinking = Literal["auto", "on", "off"]
-DEFAULT_SUITES = ("gsm8k", "arc_easy")
+DEFAULT_SUITES = ("gsm8k", "arc_easy", "drift")
 MIN_CONTEXT_LENGTH = 512
 """The shortest long_context length: room for the instruction, the needles and the answer."""
+MAX_REPEATS = 100
+"""--repeats: each is a pass over a suite on both arms, planned as records before the run starts."""
+MIN_ALPHA = 1e-6
+"""The smallest --alpha: no benchmark has the items for less (1 - 1e-300/k rounds to 1: n = inf)."""
+MAX_INT32 = 2**31 - 1  # a server's --seed, --top-k and token counts (llama.cpp reads int32)
 TIMING_FIELDS = ("request_timeout_s", "tries", "deadline_s")
 """How long evalgate waits, not what it measures: a resumed run may change them."""
 
@@ -84,7 +96,8 @@ def parse_context_lengths(raw: str | Sequence[str]) -> tuple[int, ...]:
     out: list[int] = []
     for part in (p.strip().lower() for p in text.split(",")):
         digits = part[:-1] if part.endswith("k") else part
-        if not digits.isdigit() or int(digits) == 0:
+        # ASCII digits only: str.isdigit() takes "²" and "٣", which int() then refuses or reads
+        if not re.fullmatch(r"[0-9]{1,9}", digits) or int(digits) == 0:
             raise ConfigError(
                 f"--context-lengths: {part!r} is not a length in tokens",
                 fix="give positive lengths like 1k,2k,4k (k = 1024) or 1000,2000",
@@ -141,6 +154,14 @@ class CompareRequest(BaseModel):
     )
     candidate_samples: Annotated[tuple[Path, ...], Flag(metavar="PATH", listed="append")] = Field(
         (), description="the candidate's lm-eval --log_samples output (with --baseline-samples)"
+    )
+    baseline_run: Annotated[str | None, Flag(metavar="DATE|FILE")] = Field(
+        None,
+        description="--baseline-samples names a folder of several lm-eval runs: the one to use, by its "
+        "date (as in samples_<task>_<date>.jsonl) or its results file name",
+    )
+    candidate_run: Annotated[str | None, Flag(metavar="DATE|FILE")] = Field(
+        None, description="the candidate's run among several in --candidate-samples (as --baseline-run)"
     )
     protocol: Protocol = Field(
         "auto", description="attach mode: the servers' engine, or auto to detect it from their endpoints"
@@ -272,7 +293,8 @@ class CompareRequest(BaseModel):
 
 
 def check_request(req: CompareRequest) -> None:
-    """Every value a flag can carry, checked before anything is loaded or launched (exit 2)."""
+    """Every value a flag can carry, checked before anything is loaded or launched (exit 2): each
+    number finite and in its range, each URL a URL, each path what it must be."""
 
     def need(ok: bool, cause: str, fix: str) -> None:
         if not ok:
@@ -284,6 +306,8 @@ def check_request(req: CompareRequest) -> None:
         "omit it to use the preset's item count",
     )
     need(0 < req.alpha < 1, f"--alpha {_g(req.alpha)} is not between 0 and 1", "the usual value is 0.05")
+    low = f"--alpha {_g(req.alpha)} is below {MIN_ALPHA:g}: no benchmark has the items to test at that level"
+    need(req.alpha >= MIN_ALPHA, low, "the usual value is 0.05")
     need(
         req.context_lengths is None
         or (bool(req.context_lengths) and min(req.context_lengths) >= MIN_CONTEXT_LENGTH),
@@ -291,58 +315,82 @@ def check_request(req: CompareRequest) -> None:
         f"{MIN_CONTEXT_LENGTH} tokens",
         "the instruction, needles and question take a few hundred tokens; use 1k or more",
     )
-    need(
-        req.chunk is None or req.chunk >= 1, "--chunk must be at least 1", "the default is 50 items per look"
-    )
     need(bool(req.suites), "--suites is empty", "name at least one suite; see `evalgate suites list`")
     need(
         req.flip_budget is None or 0 < req.flip_budget < 1,
         f"--flip-budget {_g(req.flip_budget)} is not a rate between 0 and 1",
         "give the tolerated share of flipped answers, e.g. 0.05 for 5%",
     )
-    need(req.repeats >= 1, f"--repeats {req.repeats} must be at least 1", "the default is 1 (greedy, once)")
+    for flag, value, low, high, fix in (  # --temperature before --repeats: nan is neither greedy nor not
+        ("--temperature", req.temperature, 0, 5, "the usual values are 0 (greedy) or 0.6-1.0"),
+        ("--repeats", req.repeats, 1, MAX_REPEATS, "the default is 1; 2 to 8 repeats give the per-item mean"),
+        ("--top-k", req.top_k, 1, MAX_INT32, "e.g. 20"),
+        ("--max-gen-tokens", req.max_gen_tokens, 1, MAX_INT32, "omit it to keep each suite's own limit"),
+        ("--seed", req.seed, 0, MAX_INT32, "the default is 1234 (a server reads -1 as 'pick at random')"),
+        ("--tries", req.tries, 1, MAX_TRIES, "the default is 2"),
+        ("--request-timeout", req.request_timeout_s, 0, MAX_TIMEOUT_S, "the default is 60 (seconds)"),
+        ("--deadline", req.deadline_s, 0, MAX_DEADLINE_S, "omit it for no deadline"),
+        ("--chunk", req.chunk, 1, MAX_INT32, "the default is 50 items per look"),
+    ):
+        problem = _range_problem(flag, value, low, high, above=flag in ("--request-timeout", "--deadline"))
+        need(problem is None, str(problem), fix)
     need(
         req.repeats == 1 or (req.temperature or 0) > 0,
         f"--repeats {req.repeats} with greedy decoding would send the same request {req.repeats} times",
         "add a sampling temperature, e.g. --temperature 0.7, or drop --repeats",
     )
     need(
-        req.temperature is None or 0 <= req.temperature <= 5,
-        f"--temperature {_g(req.temperature)} is not between 0 and 5",
-        "the usual values are 0 (greedy) or 0.6-1.0",
-    )
-    need(
         req.top_p is None or 0 < req.top_p <= 1,
         f"--top-p {_g(req.top_p)} is not in (0, 1]",
         "e.g. 0.95; omit it for the engine's default",
     )
-    need(req.top_k is None or req.top_k >= 1, f"--top-k {req.top_k} must be at least 1", "e.g. 20")
     need(
         req.min_p is None or 0 <= req.min_p < 1,
         f"--min-p {_g(req.min_p)} is not in [0, 1)",
         "e.g. 0.05; omit it for the engine's default",
     )
+    kind = "does not exist" if req.out is None else path_kind(req.out).replace("a regular file", "a file")
     need(
-        req.max_gen_tokens is None or req.max_gen_tokens >= 1,
-        f"--max-gen-tokens {req.max_gen_tokens} must be at least 1",
-        "omit it to keep each suite's own limit",
-    )
-    need(
-        req.request_timeout_s is None or req.request_timeout_s > 0,
-        f"--request-timeout {_g(req.request_timeout_s)} must be more than 0 seconds",
-        "the default is 60",
-    )
-    need(req.tries is None or req.tries >= 1, f"--tries {req.tries} must be at least 1", "the default is 2")
-    need(
-        req.deadline_s is None or req.deadline_s > 0,
-        f"--deadline {_g(req.deadline_s)} must be more than 0 seconds",
-        "omit it for no deadline",
-    )
-    need(
-        req.out is None or req.resume is not None or not req.out.exists() or req.out.is_dir(),
-        f"--out {req.out} is a file",
+        req.resume is not None or kind in ("does not exist", "is a directory"),
+        f"--out {req.out} {kind}",
         "give a folder that does not exist yet (or an empty one)",
     )
+    for arm, urls in (("baseline", req.baseline_url), ("candidate", req.candidate_url)):
+        for url in urls:
+            problem = _url_problem(url)
+            need(
+                problem is None,
+                f"--{arm}-url {redact_url(url)!r} {problem}",
+                "give each server as http://HOST:PORT (comma-separated, no spaces or line breaks)",
+            )
+    for arm, paths in (("baseline", req.baseline_samples), ("candidate", req.candidate_samples)):
+        for path in paths:
+            kind = path_kind(Path(path))
+            need(
+                kind in ("is a directory", "is a regular file"),
+                f"--{arm}-samples {path} {kind}",
+                "give lm-eval's --output_path folder or its samples_*.jsonl files",
+            )
+
+
+def _range_problem(flag: str, value: float | None, low: float, high: float, *, above: bool) -> str | None:
+    """``--tries 0 must be at least 1 and at most 20`` (``above``: more than ``low``), or None."""
+    if value is None or (math.isfinite(value) and (value > low if above else value >= low) and value <= high):
+        return None
+    rule = f"must be {'more than' if above else 'at least'} {low:g} and at most {high:,.0f}"
+    return f"{flag} {_g(value)} {rule if math.isfinite(value) else 'is not a finite number: it ' + rule}"
+
+
+def _url_problem(url: str) -> str | None:
+    """What makes ``url`` no server URL, or None; urlsplit drops tabs and line breaks silently."""
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        return "holds a space, a line break or another control character"
+    parts = urlsplit(url)
+    try:
+        ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is no number up to 65535
+        ok = False
+    return None if ok else "is not http(s)://HOST[:PORT]"
 
 
 def _g(value: float | None) -> str:

@@ -25,7 +25,7 @@ __all__ = ["main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from evalgate.cli import bench, compare, export, kernels, plan_power, report, setup, suites
+    from evalgate.cli import bench, compare, export, kernels, plan_power, probe, report, setup, suites
 
     parser = argparse.ArgumentParser(
         prog="evalgate",
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 PASS, 1 BLOCK, 2 usage/config error, 3 infrastructure error",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (compare, bench, report, export, suites, plan_power, setup, kernels):
+    for module in (compare, bench, report, export, suites, plan_power, setup, kernels, probe):
         module.add_parser(sub)
     return parser
 

@@ -11,13 +11,13 @@ the run starts.
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from rich.console import Console
 from rich.markup import escape
 
 from evalgate.config import EvalgateConfig
+from evalgate.redact import MASK, is_secret_key
 from evalgate.request import CompareRequest
 from evalgate.run.settle import Settled, load_items, settle
 from evalgate.stats.sequential import DEFAULT_CHUNK
@@ -26,12 +26,11 @@ __all__ = ["dry_run"]
 
 PORT = 30000
 """Shown in the commands; a real run takes a free port per arm."""
-_SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 
 def _masked_env(pair: tuple[str, str]) -> str:
     key, value = pair
-    return f"{key}={'***' if _SECRET_ENV.search(key) else value}"
+    return f"{key}={MASK if is_secret_key(key) else value}"
 
 
 def dry_run(req: CompareRequest, cfg: EvalgateConfig, console: Console) -> int:

@@ -29,6 +29,7 @@ from evalgate.report.terminal import print_verdict
 from evalgate.request import TIMING_FIELDS, CompareRequest, check_request
 from evalgate.run.loop import run_arms
 from evalgate.run.plan import RunPlan, plan_compare
+from evalgate.run.settle import suite_tables
 from evalgate.store.manifest import load_manifest
 
 __all__ = ["add_parser", "request_from_args", "run"]
@@ -77,7 +78,7 @@ def request_from_args(
     typed = typed_values(args, CompareRequest, skip=("resume",))
     if args.resume is None:
         suites = typed.get("suites", CompareRequest.model_fields["suites"].default)
-        options = {name: dict(table) for name, table in (suite_config or {}).items() if name in suites}
+        options = suite_tables(suite_config or {}, suites, chat=bool(typed.get("chat")))  # as run
         for name, table in typed.get("suite_options", {}).items():
             options[name] = {**options.get(name, {}), **table}
         return _request({**typed, "suite_options": options})

@@ -1,16 +1,27 @@
-"""``evalgate export RUN --format parquet|csv``: a run's items, pairs and verdict rows as tables."""
+"""``evalgate export RUN --format parquet|csv``: a run's items, pairs and verdict rows as tables.
+
+CSV cells hold server text (responses, extracted answers, reasons): a spreadsheet would run one
+that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return as a formula
+(``=HYPERLINK(...)``), so such a cell is written with a leading ``'`` (OWASP's CSV injection
+rule), and rows end in CRLF (RFC 4180) so a cell holding a carriage return is quoted rather than
+read as a row break. Parquet holds typed values no spreadsheet evaluates: written as they are.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from evalgate.errors import ConfigError
 from evalgate.report.frames import load_run
 
-__all__ = ["add_parser", "run"]
+__all__ = ["FORMULA_START", "add_parser", "csv_safe", "run"]
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""A CSV cell starting with one of these is a formula to a spreadsheet."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -27,6 +38,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(func=run)
 
 
+def _cell(value: Any) -> Any:
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
+def csv_safe(frame: Any) -> Any:
+    """A copy of ``frame`` whose text cells cannot run as spreadsheet formulas (numbers untouched)."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype.kind not in "biufcmM":  # text (object or string dtype) columns only
+            out[column] = out[column].map(_cell)
+    out.columns = [_cell(c) for c in out.columns]  # a metric's name comes from the samples file
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     frames = load_run(args.run_dir)
     out = args.out or Path(args.run_dir) / "export"
@@ -40,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     for name, frame in tables.items():
         path = out / f"{name}.{args.format}"
         if args.format == "csv":
-            frame.to_csv(path, index=False)
+            # CRLF rows (RFC 4180): a cell holding a bare carriage return is then quoted, not a new row
+            csv_safe(frame).to_csv(path, index=False, lineterminator="\r\n")
         else:
             try:
                 frame.to_parquet(path, index=False)

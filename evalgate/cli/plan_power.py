@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from evalgate.config import read_text, require_regular_file
 from evalgate.errors import ConfigError
 from evalgate.gate import POLICIES, parse_margin, plan_power
-from evalgate.request import DEFAULT_SUITES
+from evalgate.request import DEFAULT_SUITES, MIN_ALPHA
 from evalgate.suites import SuiteOptions, default_registry
 
 __all__ = ["add_parser", "run"]
@@ -28,8 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--flip-rate", type=float, default=None, help="share of items whose answer changes (default 0.05)"
     )
-    p.add_argument("--from", dest="run_dir", type=Path, help="take each suite's flip rate from a run's verdict.json "
-                   "(its A/A rows when it ran with --aa)")  # fmt: skip
+    p.add_argument(  # dest not run_dir: main() saves a traceback into args.run_dir
+        "--from", dest="from_dir", metavar="RUN_DIR", type=Path,
+        help="take each suite's flip rate from a run's verdict.json (its A/A rows when it ran with --aa)",
+    )  # fmt: skip
     p.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate")
     p.add_argument("--power", type=float, default=0.8)
     p.add_argument("--policy", choices=POLICIES, default="difference")
@@ -42,6 +47,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(func=run)
 
 
+MIN_MDE = 0.001
+"""The smallest change to plan for (0.1 pt): it already needs more items than any benchmark has,
+and at 1e-300 the item count is no number at all."""
+
+
 def _rates(run_dir: Path | None, names: list[str], default: float | None) -> dict[str, tuple[float, str]]:
     if run_dir is None:
         rate = 0.05 if default is None else default
@@ -49,11 +59,8 @@ def _rates(run_dir: Path | None, names: list[str], default: float | None) -> dic
             s: (rate, "--flip-rate" if default is not None else "default 5 %, the flip budget") for s in names
         }
     path = Path(run_dir) / "verdict.json"
-    if not path.is_file():
-        raise ConfigError(f"{path} does not exist", fix="--from takes a run folder that has a verdict.json")
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    aa = {r["suite"]: r["flips"] for r in doc.get("aa") or [] if r.get("primary")}
-    cand = {r["suite"]: r["flips"] for r in doc.get("suites", []) if r.get("primary")}
+    require_regular_file(path, "--from", fix="--from takes a run folder that has a verdict.json")
+    aa, cand = _flips(path, "aa"), _flips(path, "suites")
     out = {}
     for s in names:
         if s in aa:
@@ -65,20 +72,63 @@ def _rates(run_dir: Path | None, names: list[str], default: float | None) -> dic
     return out
 
 
+def _flips(path: Path, key: str) -> dict[str, float]:
+    """Each primary row's flip rate under ``key``, from a verdict.json evalgate wrote; anything
+    else (not JSON, not an object, a row without a suite or a rate in [0, 1]) is refused."""
+
+    def refuse(what: str) -> ConfigError:
+        return ConfigError(
+            f"--from {path} {what}, so it is no verdict.json evalgate wrote",
+            fix="give the folder of a finished `evalgate compare` run, or --flip-rate",
+        )
+
+    try:
+        doc: Any = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise refuse(f"is not JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(doc, dict):
+        raise refuse(f"holds a JSON {type(doc).__name__}, not an object")
+    rows = doc.get(key) or []
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise refuse(f"has {key!r} that is not a list of rows")
+    out: dict[str, float] = {}
+    for r in (r for r in rows if r.get("primary")):
+        rate = r.get("flips")
+        if (
+            not isinstance(r.get("suite"), str)
+            or isinstance(rate, bool)
+            or not isinstance(rate, (int, float))
+        ):
+            raise refuse(f"has a {key!r} row without 'suite' and a numeric 'flips'")
+        if not (math.isfinite(rate) and 0 <= rate <= 1):
+            raise refuse(f"gives {r['suite']} a flip rate of {rate}, not a rate in [0, 1]")
+        out[r["suite"]] = float(rate)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     mde, relative = parse_margin(args.mde)
     if relative:
         raise ConfigError(
             f"--mde {args.mde}: a relative change has no fixed item count", fix="use 2pt or 0.02"
         )
-    if not 0 < args.alpha < 1 or not 0 < args.power < 1:
-        raise ConfigError("--alpha and --power must be between 0 and 1", fix="e.g. --alpha 0.05 --power 0.8")
+    if mde < MIN_MDE:
+        raise ConfigError(
+            f"--mde {args.mde} is below {MIN_MDE * 100:g} pt: no benchmark has the items to detect it",
+            fix="plan for a change of at least 0.1 pt, e.g. --mde 2pt",
+        )
+    if not MIN_ALPHA <= args.alpha < 1 or not 0.5 <= args.power < 1:  # nan fails both
+        raise ConfigError(
+            f"--alpha {args.alpha:g} must be from {MIN_ALPHA:g} to below 1 and --power {args.power:g} from "
+            "0.5 to below 1",
+            fix="e.g. --alpha 0.05 --power 0.8",
+        )
     if args.flip_rate is not None and not 0 <= args.flip_rate <= 1:
         raise ConfigError(f"--flip-rate {args.flip_rate} is not a rate", fix="e.g. --flip-rate 0.05")
     reg, options = default_registry(), SuiteOptions(data_dir=args.data_dir)
     names = [s.strip() for s in args.suites.split(",") if s.strip()]
     suites: dict[str, tuple[str, int | None]] = {}
-    for name in names:
+    for name in names:  # a drift suite counts in the family (its budget rows) but has no row here
         suite = reg.get(name)
         size: int | None = None
         if args.data_dir is not None:  # never the Hub: planning needs no download
@@ -86,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
                 size = suite.size(options)
             except Exception:  # no data at hand: the plan still says how many items are needed
                 size = None
-        suites[name] = (suite.kind, size)
+        suites[name] = ("drift" if suite.metric_kind == "drift" else suite.kind, size)
     tests, rows = plan_power(
-        suites, mde=mde, flip_rates=_rates(args.run_dir, names, args.flip_rate), alpha=args.alpha,
+        suites, mde=mde, flip_rates=_rates(args.from_dir, names, args.flip_rate), alpha=args.alpha,
         power=args.power, policy=args.policy, agreement_gate=args.agreement_gate,
     )  # fmt: skip
     console = Console(width=None if Console().is_terminal else 140)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import pairwise
 from typing import Any, ClassVar
 
 from evalgate.engines._launcher import ServerHandle
+from evalgate.engines._tokens import TokenCache
 from evalgate.engines.api import LogLik, Position, Scorer, Split
 from evalgate.engines.client import HttpClient, RetryPolicy
 from evalgate.errors import InvalidResponse, PreflightError
@@ -38,6 +38,7 @@ __all__ = [
     "lm_eval_split",
     "parsing",
     "server_client",
+    "token_ids",
 ]
 
 LOGPROB_TOLERANCE = 1e-4
@@ -137,6 +138,18 @@ def _token_id(value: Any, server: str, what: str) -> int:
     return value
 
 
+def token_ids(data: Any, server: str, path: str = "/tokenize") -> list[int]:
+    """The ``tokens`` of a ``/tokenize`` answer: a list of whole numbers >= 0, else an
+    InvalidResponse (never ``int()`` of a string, a float or a bool: 1.5 and true are no token)."""
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list):
+        raise invalid(server, f"answered {path} with {_show(tokens)} as the tokens")
+    for t in tokens:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise invalid(server, f"answered {path} with a token id of {_show(t)}")
+    return tokens
+
+
 def check_positions(
     answered: Sequence[tuple[Any, Any, Any]], forced: Sequence[int], server: str, *, top_k: int
 ) -> list[Position]:
@@ -200,7 +213,9 @@ def first_choice(data: Any, server: str, path: str) -> dict[str, Any]:
 
 def check_chat(data: Any, server: str) -> dict[str, Any]:
     """A ``/v1/chat/completions`` answer with a first choice holding a message whose content is a
-    string or null (null: no text, as with tool calls) and whose tool calls are a list if any."""
+    string, and whose tool calls are a list if any. Null content is no text only beside tool calls
+    or reasoning (vLLM's for a model cut off while thinking); alone it is no answer, an
+    InvalidResponse like null ``text`` (never graded as an empty answer)."""
     message = first_choice(data, server, "/v1/chat/completions").get("message")
     if not isinstance(message, dict):
         raise invalid(server, f"answered /v1/chat/completions with {_show(message)} as the message")
@@ -210,6 +225,9 @@ def check_chat(data: Any, server: str) -> dict[str, Any]:
     calls = message.get("tool_calls")
     if calls is not None and not isinstance(calls, list):
         raise invalid(server, f"answered /v1/chat/completions with {_show(calls)} as the tool calls")
+    thought = any(isinstance(message.get(k), str) and message[k] for k in ("reasoning_content", "reasoning"))
+    if content is None and not calls and not thought:
+        raise invalid(server, "answered /v1/chat/completions with null as the content (no tool calls)")
     return dict(data)
 
 
@@ -218,78 +236,6 @@ def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return 0
     return max(0, int(value))
-
-
-class TokenCache:
-    """Token ids per text for one server, cached, since few-shot contexts repeat per choice.
-
-    The cache holds the request in flight, so the choices of one item, scored concurrently, share
-    one ``/tokenize`` of their context instead of each sending its own. A failure is not kept.
-    Finished entries are bounded (least recently used go first): a long-context run tokenizes
-    every fitted 32k-token prompt, and an unbounded cache would hold gigabytes of ids."""
-
-    def __init__(
-        self,
-        fetch: Callable[[str], Awaitable[list[int]]],
-        *,
-        max_entries: int = 4096,
-        max_tokens: int = 2_000_000,
-    ) -> None:
-        self._fetch = fetch
-        self._futures: OrderedDict[str, asyncio.Future[list[int]]] = OrderedDict()
-        self._max_entries = max_entries
-        self._max_tokens = max_tokens
-        self._held = 0  # token ids held by finished entries
-
-    def __len__(self) -> int:
-        return len(self._futures)
-
-    async def get(self, text: str) -> list[int]:
-        fut = self._futures.get(text)
-        if fut is None:
-            fut = self._futures[text] = asyncio.ensure_future(self._fetch(text))
-            fut.add_done_callback(lambda f, t=text: self._finished(t, f))
-        else:
-            self._futures.move_to_end(text)
-        try:
-            return await asyncio.shield(fut)  # one waiter cancelled must not cancel the others
-        except Exception:
-            if fut.done() and not fut.cancelled() and fut.exception() is not None:
-                self._drop(text, fut)
-            raise
-
-    def _finished(self, text: str, fut: asyncio.Future[list[int]]) -> None:
-        if fut.cancelled() or fut.exception() is not None or self._futures.get(text) is not fut:
-            return
-        self._held += len(fut.result())
-        if not self._over():
-            return
-        for key in list(self._futures):  # oldest first; requests in flight stay
-            if not self._over():
-                break
-            if key != text and self._futures[key].done():
-                self._drop(key, self._futures[key])
-
-    def _over(self) -> bool:
-        return len(self._futures) > self._max_entries or self._held > self._max_tokens
-
-    def _drop(self, text: str, fut: asyncio.Future[list[int]]) -> None:
-        if self._futures.get(text) is not fut:
-            return
-        del self._futures[text]
-        if not fut.cancelled() and fut.exception() is None:
-            self._held -= len(fut.result())
-
-    async def aclose(self) -> None:
-        """Cancel the requests still in flight and collect every outcome. When a run stops (a
-        server died), their waiters are cancelled but the shielded requests are not: left alone,
-        one would reopen the closed client's session and leave it unclosed."""
-        pending = list(self._futures.values())
-        self._futures.clear()
-        self._held = 0
-        for fut in pending:
-            fut.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def lm_eval_split(context: str, continuation: str) -> tuple[str, str]:

@@ -21,7 +21,18 @@ from evalgate.engines._launcher import ServerHandle, flags
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["AttachDialect", "Engine", "Get", "LogLik", "Position", "Scorer", "ServerHandle", "Split"]
+__all__ = [
+    "AttachDialect",
+    "CacheObservation",
+    "Engine",
+    "Get",
+    "LogLik",
+    "NoCacheIsolation",
+    "Position",
+    "Scorer",
+    "ServerHandle",
+    "Split",
+]
 
 LogLik = tuple[float, bool, int]
 """(sum logprob of the continuation, every token greedy, number of continuation tokens)."""
@@ -30,6 +41,23 @@ Split = tuple[list[int], list[int]]
 Position = tuple[float, tuple[tuple[int, float], ...]]
 """One teacher-forced position: (logprob of the token that is there, the model's top-k
 (token id, logprob) pairs at it, most likely first). The drift suite compares them across arms."""
+
+
+@dataclass(frozen=True)
+class CacheObservation:
+    """One request timed for the cache-isolation probe (``evalgate probe cache``)."""
+
+    latency_s: float
+    """Wall time of the request as the client saw it."""
+    cached_tokens: int | None
+    """Prompt tokens the server says it read from its prefix cache; None when it reports none."""
+    prompt_tokens: int | None = None
+    text: str | None = None
+    """The greedy completion (the warm/cold answers check compares it)."""
+
+
+class NoCacheIsolation(ConfigError):
+    """The server has no per-tenant cache key: there is no salt to test (exit 2)."""
 
 
 class Scorer(Protocol):
@@ -90,6 +118,19 @@ class Scorer(Protocol):
         """Empty the server's prefix cache so one suite does not warm the next: "flushed", or why
         not (the loop records it per suite); None when the server has no cache to flush (the default)."""
         return None
+
+    async def cached_request(
+        self, prompt_ids: Sequence[int], *, salt: str | None, max_tokens: int = 1
+    ) -> CacheObservation:
+        """Send ``prompt_ids`` under the cache namespace ``salt`` (None: the shared one), greedy,
+        ``max_tokens`` out, and time it. The default refuses: a server without a per-request cache
+        salt shares its prefix cache among every request it serves (llama-server's slots and its
+        host-memory prompt cache), so tenants are isolated only by a server each or no cache."""
+        raise NoCacheIsolation(
+            f"{type(self).__name__}'s server takes no cache salt: its prefix cache is one pool shared by "
+            "every request, so one tenant's prompts warm the cache for all",
+            fix="give each tenant its own server, or turn prompt caching off; the probe tests SGLang and vLLM salts",
+        )
 
     async def server_info(self) -> dict[str, Any]:
         """The server's own account of its settings, secrets masked; {} when it gives none."""

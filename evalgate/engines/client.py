@@ -6,11 +6,17 @@ log tail instead of being retried into a pile of per-item errors, and a server t
 every try is reported as stalled (``ServerStalled``, exit 3) instead of costing every item the
 same wait. An error body is kept only as a short excerpt with the API key, URL credentials and
 the request's own text masked (``evalgate.redact``): a server may echo what it was sent.
+
+Redirects are never followed: an answer must come from the server under test, and a 3xx to the
+other arm would score that server's answers as this one's. A body is read up to
+``MAX_ANSWER_BYTES``, its Content-Length checked first: a runaway or hostile body is an error,
+never a MemoryError.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,10 +27,14 @@ import aiohttp
 from evalgate.errors import InfraError
 from evalgate.redact import BODY_EXCERPT, payload_texts, redact, redact_url
 
-__all__ = ["HttpClient", "RequestFailed", "RetryPolicy", "ServerStalled"]
+__all__ = ["MAX_ANSWER_BYTES", "HttpClient", "RequestFailed", "RetryPolicy", "ServerStalled"]
 
 _MAX_BODY = 65536
 """Bytes of an error body read (then masked and cut to an excerpt)."""
+
+MAX_ANSWER_BYTES = 64 * 2**20
+"""Bytes of a successful answer read at most: a 300 000-character generation with logprobs is a
+few MiB; more is a runaway or hostile server, refused before it fills memory."""
 
 
 class RequestFailed(InfraError):
@@ -107,9 +117,14 @@ class HttpClient:
         for attempt in range(self.retry.attempts):
             async with self._sem:
                 try:
-                    async with self._session().request(method, self.base_url + path, json=payload) as resp:
+                    url = self.base_url + path
+                    async with self._session().request(
+                        method, url, json=payload, allow_redirects=False
+                    ) as resp:
+                        if 300 <= resp.status < 400:
+                            raise self._redirected(method, path, resp, payload)
                         if resp.status < 400:
-                            return await resp.json(content_type=None)
+                            return _json(await self._read_capped(method, path, resp))
                         raw = await resp.content.read(_MAX_BODY)
                         body = self._clean(raw.decode("utf-8", errors="replace"), payload)
                 except asyncio.TimeoutError:
@@ -145,10 +160,55 @@ class HttpClient:
             fix="the item is recorded with this error; rerun with --resume to retry it",
         )
 
+    def _redirected(
+        self, method: str, path: str, resp: aiohttp.ClientResponse, payload: dict[str, Any] | None
+    ) -> RequestFailed:
+        """A 3xx: never followed (module docstring), so the item is an error naming where it pointed."""
+        where = self._clean(redact_url(resp.headers.get("Location", "")), payload) or "no Location"
+        return RequestFailed(
+            f"{redact_url(self.base_url)} answered {method} {path} with a redirect (HTTP {resp.status} to "
+            f"{where}); a scoring request never follows one, since the answer must "
+            "come from the server under test",
+            fix="give the URL of the server itself (not a proxy or alias that redirects to another server)",
+        )
+
+    async def _read_capped(self, method: str, path: str, resp: aiohttp.ClientResponse) -> bytes:
+        """The body, refused past ``MAX_ANSWER_BYTES``: by its Content-Length before reading a byte,
+        or once the chunks read (chunked or compressed bodies) pass the cap."""
+        cap = MAX_ANSWER_BYTES
+        size = resp.content_length
+        if size is None or size <= cap:
+            body = bytearray()
+            async for chunk in resp.content.iter_chunked(2**16):
+                body += chunk
+                if len(body) > cap:
+                    break
+            else:
+                return bytes(body)
+        told = (
+            f"{size} bytes (its Content-Length)" if size is not None and size > cap else f"over {cap} bytes"
+        )
+        raise RequestFailed(
+            f"{redact_url(self.base_url)} answered {method} {path} with a body of {told}, past the cap of "
+            f"{cap} bytes ({cap / 2**20:g} MiB) on one answer; no more of it was read",
+            fix="check the server (a runaway answer, or a proxy sending something else); "
+            "the item is recorded with this error",
+        )
+
     def _clean(self, text: str, payload: dict[str, Any] | None) -> str:
         """An excerpt of a server's text with this client's key, URL credentials and whatever the
         request carried (an echo of the prompt) masked."""
         return redact(text, secrets=[self._key], private=payload_texts(payload), limit=BODY_EXCERPT)
+
+
+def _json(body: bytes) -> Any:
+    """A body as JSON (None when blank, as aiohttp's ``json()``); nesting too deep for the parser is
+    a ValueError like any other body that is not JSON, never a RecursionError."""
+    text = body.decode("utf-8").strip()
+    try:
+        return json.loads(text) if text else None
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
 
 
 def _times(n: int) -> str:

@@ -36,10 +36,12 @@ def cache_dir() -> Path:
 
 
 def file_sha256(path: Path) -> str:
-    """sha256 of a file, memoised in a ``.sha256`` sidecar stamped with size and mtime."""
+    """sha256 of a file, memoised in a ``.sha256`` sidecar stamped with size, mtime, inode and
+    ctime: other bytes at the same path with the same size and a restored mtime (``touch -r``,
+    ``cp -p``) change the ctime, which no one can set back, so they are hashed again."""
     st = path.stat()
     side = path.with_name(path.name + ".sha256")
-    stamp = f"{st.st_size}:{st.st_mtime_ns}"
+    stamp = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
     if side.exists():
         saved = side.read_text().split()
         if len(saved) == 2 and saved[1] == stamp:

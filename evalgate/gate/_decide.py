@@ -164,7 +164,9 @@ def _rows(
     for suite, (metrics, pairs) in per_suite.items():
         for i, metric in enumerate(metrics):
             if suite in problems:
-                why = problems[suite] if i == 0 else "not judged: the suite's primary metric cannot be"
+                why = problems[suite]
+                if i > 0:  # in full: the secondary rows say why as well (never a cut sentence)
+                    why = f"not judged: the suite's primary metric cannot be judged: {why}"
                 rows.append(error_row(suite, metric, len(pairs), primary=i == 0, reason=why))
                 continue
             gated = i == 0 and policy.policy != "non-inferiority"

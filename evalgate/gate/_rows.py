@@ -22,6 +22,7 @@ from evalgate.store.records import Pair
 
 __all__ = [
     "METRIC_KINDS",
+    "METRIC_RANGES",
     "MIN_DIFFERING",
     "NOT_ESTIMABLE",
     "RESAMPLES",
@@ -41,6 +42,21 @@ MIN_DIFFERING = 10
 value differs between the arms (a sampled suite both arms almost always fail: nearly every
 per-item mean 0), that spread says nothing about a change the run has not seen: not estimable."""
 NOT_ESTIMABLE = "MDE not estimable"
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    name: (0.0, 1.0)
+    for name in (
+        # lm-eval's per-document 0/1 metrics (lm_eval/api/metrics.py: acc, acc_norm,
+        # acc_mutual_info, acc_bytes, exact_match), named before a filter (``exact_match,strict-match``)
+        "acc", "acc_norm", "acc_mutual_info", "acc_bytes", "exact_match",
+        # evalgate's own: a private exam's pass, tool_calls' valid / match / decision, RULER's
+        # string_match_all (the share of required values found)
+        "pass", "valid", "match", "decision", "string_match_all",
+    )
+}  # fmt: skip
+"""The values a known metric can take, by its name. The kind a run declares can come from its
+values (an imported lm-eval log: any value but 0 and 1 reads as graded), so an ``acc`` of 7 or -1
+would pass as a graded metric; its name says it is garbage. A metric not named here is judged
+only by its declared kind (finite; 0 or 1 if binary)."""
 
 
 def _value(metrics: dict[str, float], metric: str) -> float | None:
@@ -48,16 +64,29 @@ def _value(metrics: dict[str, float], metric: str) -> float | None:
     return None if v is None else float(v)
 
 
-def _usable(v: float | None, kind: str) -> bool:
-    return v is not None and math.isfinite(v) and (kind != "binary" or v in (0.0, 1.0))
+def metric_range(metric: str) -> tuple[float, float] | None:
+    """The range of a known metric (``METRIC_RANGES``, by the name before any filter), else None."""
+    return METRIC_RANGES.get(metric.split(",", 1)[0].strip())
+
+
+def _in_range(v: float, bounds: tuple[float, float] | None) -> bool:
+    return bounds is None or bounds[0] <= v <= bounds[1]
+
+
+def _usable(v: float | None, kind: str, bounds: tuple[float, float] | None = None) -> bool:
+    return (
+        v is not None and math.isfinite(v) and (kind != "binary" or v in (0.0, 1.0)) and _in_range(v, bounds)
+    )
 
 
 def paired_values(pairs: Sequence[Pair], metric: str, kind: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """(baseline, candidate) values of the items usable on both arms, and how many were not."""
+    """(baseline, candidate) values of the items usable on both arms, and how many were not (a
+    value outside its metric's known range is not usable either)."""
     b, c = [], []
+    bounds = metric_range(metric)
     for p in pairs:
         x, y = _value(p.baseline.metrics, metric), _value(p.candidate.metrics, metric)
-        if _usable(x, kind) and _usable(y, kind):
+        if _usable(x, kind, bounds) and _usable(y, kind, bounds):
             b.append(x)
             c.append(y)
     return np.asarray(b, dtype=float), np.asarray(c, dtype=float), len(pairs) - len(b)
@@ -68,7 +97,8 @@ def check_suite(
 ) -> str | None:
     """Why this suite's primary metric cannot be judged (one line), or None. A PASS on nothing is
     the failure this prevents: no items, a renamed or NaN metric, a reference arm (``references``:
-    the sides of each pair that must have answered) that failed every item. A candidate that
+    the sides of each pair that must have answered) that failed every item, a value its metric
+    cannot take (``METRIC_RANGES``: an ``acc`` of 7). A candidate that
     failed every item is no such case: with --errors-as-wrong its failures are wrong answers, and
     the accuracy and unanswered tests judge them."""
     n = len(pairs)
@@ -76,6 +106,7 @@ def check_suite(
         return f"{suite}: unknown metric kind {kind!r} (expected one of {', '.join(METRIC_KINDS)})"
     if n == 0:
         return f"{suite}: no paired items"
+    lo, hi = metric_range(metric) or (-math.inf, math.inf)
     for side in references:
         errors = [getattr(p, side).extra.get("error") for p in pairs]
         if all(e is not None for e in errors):
@@ -86,6 +117,10 @@ def check_suite(
         ("is missing", lambda v: v is None),
         ("is not finite (NaN or inf)", lambda v: v is not None and not math.isfinite(v)),
         ("is not 0 or 1 but the suite declares it binary", lambda v: kind == "binary" and v not in (0, 1)),
+        (
+            f"is outside its range [{lo:g}, {hi:g}]",
+            lambda v: v is not None and math.isfinite(v) and not lo <= v <= hi,
+        ),
     ):
         hits = [(p, r) for p in pairs for r in (p.baseline, p.candidate) if bad(_value(r.metrics, metric))]
         if hits:

@@ -11,6 +11,7 @@ from typing import Any
 from evalgate.errors import EvalgateError
 from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
 from evalgate.gate._flip_drift import flip_drift
+from evalgate.gate.agreement import no_answer
 from evalgate.gate.answers import answers_for
 from evalgate.gate.kernel_check import kernel_failures
 from evalgate.gate.repeats import item_means, repeat_summary
@@ -18,13 +19,22 @@ from evalgate.stats.sequential import outcomes, summary_note
 from evalgate.store.manifest import Manifest, load_manifest
 from evalgate.store.records import Pair, RecordStore, errors_as_wrong, pair_records
 
-__all__ = ["REFERENCE_ERROR_LIMIT", "RunData", "load_run", "verdict_for"]
+__all__ = ["NO_ANSWER_LIMIT", "REFERENCE_ERROR_LIMIT", "RunData", "load_run", "verdict_for"]
 
 REFERENCE_ERROR_LIMIT = 0.02
 """``--errors-as-wrong``: the share of a suite's items that may fail on the baseline (or the A/A
 arm) and still count as wrong there. Beyond it the baseline is no reference (failing on both arms
 would pair as agreement): the suite is an ERROR row and the run exits 3. Without the flag any
 failed item makes the run incomplete (exit 3); a candidate's failures count as wrong, unlimited."""
+
+NO_ANSWER_LIMIT = 0.5
+"""The share of a generation suite's records on which the baseline (or the A/A arm) may give no
+answer (empty text, null chat content, no extractable answer, or a failed item) and still be a
+reference. Two arms that both answer nothing agree on every item, so their accuracy, flips and
+unanswered rates all show "no significant difference": a PASS that says nothing of the candidate.
+Beyond half, most of what the gate compares is the silence itself, so the suite is an ERROR row
+and the run exits 3, in every mode (plain, --repeats, chat, sequential). A weak model that fails
+to extract an answer on some items stays well below it (SmolLM2-135M: 8 % on gsm8k)."""
 
 
 class RunData:
@@ -79,6 +89,26 @@ class RunData:
                     out[suite] = (
                         f"{suite}: the {arm} failed {len(failed)} of {n} items (more than "
                         f"{REFERENCE_ERROR_LIMIT:.0%}), so it is no reference; first: {first}"
+                    )
+                    break
+        return out
+
+    def silent_references(self) -> dict[str, str]:
+        """suite -> why its baseline (or A/A arm) answered nothing on more than ``NO_ANSWER_LIMIT``
+        of a generation suite's records (log-likelihood and drift suites always answer)."""
+        out = {}
+        for suite, arms in self.records.items():
+            meta = self.manifest.suites[suite]
+            if meta.kind == "loglikelihood" or meta.metric_kind == "drift":
+                continue
+            for arm in ("baseline", "aa"):
+                recs = list(arms.get(arm, {}).values())
+                silent = [r for r in recs if r.error or r.extra.get("error") is not None or no_answer(r)]
+                if recs and len(silent) > NO_ANSWER_LIMIT * len(recs):
+                    out[suite] = (
+                        f"{suite}: the {arm} gave no answer (empty, null or failed) on {len(silent)} of "
+                        f"{len(recs)} records ({len(silent) / len(recs):.0%}, more than {NO_ANSWER_LIMIT:.0%}), "
+                        "so it is no reference: two arms that answer nothing agree on every item"
                     )
                     break
         return out
@@ -171,6 +201,7 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
     broken = run.broken_references() if run.errors_as_wrong else {}
     broken |= {s: f"{s}: {why}" for s, why in run.failed_suites().items() if s not in broken}
+    broken |= {s: why for s, why in run.silent_references().items() if s not in broken}
     for row in verdict.suites:
         if row.primary and row.suite in broken:
             row.status, row.reason = "error", broken[row.suite]

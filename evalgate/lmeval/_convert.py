@@ -27,13 +27,23 @@ from evalgate.errors import ConfigError
 from evalgate.lmeval._read import LmEvalOutput
 from evalgate.suites import LmEvalSuite, Member, default_registry, lmeval_tasks
 
-__all__ = ["ROLLING_UNITS", "ImportedSuite", "check_same_prompts", "known_tasks", "suite_records"]
+__all__ = [
+    "BINARY_METRICS",
+    "ROLLING_UNITS",
+    "ImportedSuite",
+    "check_same_prompts",
+    "known_tasks",
+    "suite_records",
+]
 
 _MC_TYPES = {"multiple_choice", "loglikelihood"}
 ROLLING_UNITS = {"word_perplexity": "words", "byte_perplexity": "bytes", "bits_per_byte": "bytes"}
 """lm-eval's rolling metrics (lm_eval/api/metrics.py, output_type loglikelihood_rolling) -> the
 unit their pair counts: the same loglik over words or over UTF-8 bytes."""
 _UNIT_ORDER = ("words", "bytes")
+BINARY_METRICS = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
+"""lm-eval metrics that are 0 or 1 per document (right or wrong: lm_eval/api/metrics.py and the
+tasks' process_results); any other value in a samples file is not a score, and is refused."""
 
 
 @dataclass
@@ -114,7 +124,7 @@ def suite_records(out: LmEvalOutput, *, label: str) -> dict[str, ImportedSuite]:
             )
         suite.tasks.append(task)
         for row in rows:
-            _add(suite, row, task=task, known=k, label=label)
+            _add(suite, row, task=task, known=k, label=f"{label}: {out.files.get(task, task)}")
     for suite in suites.values():
         if not suite.metrics:
             seen: dict[str, None] = {}
@@ -158,6 +168,12 @@ def _add(
     for name in names:
         value = _number(row.get(name))
         key = _metric_key(name, filt)
+        if name in BINARY_METRICS and value is not None and math.isfinite(value) and value not in (0.0, 1.0):
+            raise ConfigError(
+                f"{label}: {task} doc_id {doc_id}: {key} = {row.get(name)!r}, but {name} is 0 or 1 per "
+                "document (right or wrong)",
+                fix="give the samples file lm-eval wrote, unedited",
+            )
         if value is None or not math.isfinite(value):  # kept so the gate can refuse it, never dropped
             value = float("nan")
         item["metrics"][key] = value

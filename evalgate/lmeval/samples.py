@@ -20,7 +20,6 @@ evalgate's recomputation (``stats.rolling_aggregates``), and a disagreement is n
 from __future__ import annotations
 
 import math
-import re
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any, Literal
 from evalgate.errors import ConfigError
 from evalgate.lmeval._convert import ROLLING_UNITS, ImportedSuite, check_same_prompts, suite_records
 from evalgate.lmeval._read import LmEvalOutput, read_lmeval
-from evalgate.redact import MASK, env_secrets, redact
+from evalgate.redact import env_secrets, mask_args, redact
 from evalgate.request import CompareRequest
 from evalgate.stats import rolling_aggregates
 from evalgate.store.lock import RunLock
@@ -53,13 +52,11 @@ ENGINE = "lm-eval samples"
 """The manifest's ``engine`` for an imported run: nothing was launched."""
 
 
-_SECRET_ARG = re.compile(r"(?i)\b([\w.-]*(?:key|token|secret|password)[\w.-]*=)([^,]*)")
-
-
 def safe_model_args(args: str) -> str:
-    """lm-eval's ``model_args`` as a report may show it: values of key/token/secret/password
-    arguments, URL credentials and the attach-mode keys masked."""
-    return redact(_SECRET_ARG.sub(lambda m: m.group(1) + MASK, args), secrets=env_secrets())
+    """lm-eval's ``model_args`` as a report may show it: values of secret keys (api_key,
+    hf_token, password; not tokenizer: ``redact.is_secret_key``), URL credentials and the
+    attach-mode keys masked."""
+    return redact(mask_args(args), secrets=env_secrets())
 
 
 def _own_lmeval_aggregates(
@@ -96,17 +93,17 @@ def _lmeval_info(out: LmEvalOutput, suites: dict[str, ImportedSuite]) -> dict[st
     """What the report shows of one arm's lm-eval run; model_args can carry an API key."""
     aggregates = _own_lmeval_aggregates(out, suites)
     r = out.results or {}
-    cfg = r.get("config") or {}
+    cfg = r.get("config") if isinstance(r.get("config"), dict) else {}
     args = cfg.get("model_args")
+    if isinstance(args, dict):
+        args = ",".join(f"{k}={v}" for k, v in args.items())
     return {
         "path": out.where,
         "results_file": str(out.results_path) if out.results_path else None,
+        "run": out.run,
+        "layout": out.layout,
         "model": cfg.get("model"),
-        "model_args": safe_model_args(
-            args if isinstance(args, str) else ",".join(f"{k}={v}" for k, v in args.items())
-        )
-        if args
-        else None,
+        "model_args": safe_model_args(str(args)) if args else None,
         "model_name": r.get("model_name"),
         "lm_eval_version": r.get("lm_eval_version"),
         "git_hash": r.get("git_hash"),
@@ -116,6 +113,32 @@ def _lmeval_info(out: LmEvalOutput, suites: dict[str, ImportedSuite]) -> dict[st
         "aggregates": aggregates,
         "notes": out.notes,
     }
+
+
+def _check_two_runs(base: LmEvalOutput, cand: LmEvalOutput, *, same_ok: bool) -> None:
+    """Refuse one run on both arms (a samples file on both, or every shared task's samples
+    byte-identical: one task alike can be a real, deterministic tie): such a pair passes whatever
+    the candidate is. ``--same-server-ok`` makes it an A/A check, said in a note."""
+    tasks = sorted(set(base.files) & set(cand.files))
+    same = [t for t in tasks if base.files[t].resolve() == cand.files[t].resolve()]
+    alike = bool(tasks) and all(base.digests[t] == cand.digests[t] for t in tasks)
+    identical = tasks if alike and not same else []
+    if not same and not identical:
+        return
+    what = (
+        f"both arms are the same samples files ({', '.join(str(base.files[t]) for t in same)})"
+        if same
+        else f"the two arms' samples of {', '.join(identical)} are byte-identical (one run, twice)"
+    )
+    if not same_ok:
+        raise ConfigError(
+            f"{what}: such a pair passes whatever the candidate is",
+            fix="give each arm its own run (--baseline-run/--candidate-run pick one from a shared "
+            "folder), or pass --same-server-ok for an A/A check of the harness",
+        )
+    cand.notes.append(
+        f"candidate: A/A: {what}; --same-server-ok: this checks the harness and says nothing about a candidate"
+    )
 
 
 def _pair_suites(
@@ -202,8 +225,9 @@ def import_samples(req: CompareRequest, *, suites: tuple[str, ...] | None = None
             "server, engine or --resume",
             fix="drop --engine, the URLs and --resume (rerun the import instead: it is fast)",
         )
-    base_out = read_lmeval(req.baseline_samples, label="baseline")
-    cand_out = read_lmeval(req.candidate_samples, label="candidate")
+    base_out = read_lmeval(req.baseline_samples, label="baseline", run=req.baseline_run)
+    cand_out = read_lmeval(req.candidate_samples, label="candidate", run=req.candidate_run)
+    _check_two_runs(base_out, cand_out, same_ok=req.same_server_ok)
     base, cand = suite_records(base_out, label="baseline"), suite_records(cand_out, label="candidate")
     names = _pair_suites(base, cand, suites)
     for name in names:

@@ -9,7 +9,20 @@ import json
 import re
 from typing import Any
 
-__all__ = ["BIDI", "ci", "clean", "compact", "mde", "p", "pct", "points", "score", "show_bidi", "tail"]
+__all__ = [
+    "BIDI",
+    "ci",
+    "clean",
+    "compact",
+    "mde",
+    "not_judged",
+    "p",
+    "pct",
+    "points",
+    "score",
+    "show_bidi",
+    "tail",
+]
 
 # Code points that HTML5 parsers flag and XML 1.0 forbids (C0/C1 controls except tab and
 # newline, lone surrogates from JSON "\ud800" escapes, and the noncharacters).
@@ -40,6 +53,11 @@ def compact(value: Any) -> str:
     if isinstance(value, str):
         return clean(value)
     return clean(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))
+
+
+def not_judged(suite: str, reason: str) -> str:
+    """``gsm8k was not judged: <why>``, in full (the gate's reasons start with the suite's name)."""
+    return f"{suite} was not judged: {reason.removeprefix(f'{suite}: ')}"
 
 
 def tail(text: str, limit: int) -> tuple[str, int]:

@@ -3,11 +3,14 @@
 Regressions are n10 (baseline right, candidate wrong), improvements n01, with the same 0.5
 threshold the gate uses, so the counts here equal the suites table's. Private suites keep
 ids and outcomes only: their records carry no text, and no prompts file is read for them.
+"The arms agree on every item" is said only when the gated values are equal on every item; a
+suite the gate did not judge says why, in full (``not_judged``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from evalgate import stats
 from evalgate.gate.verdict import RunData
 from evalgate.report import _format as fmt
 from evalgate.report._documents import DocView, drift_documents
+from evalgate.store.files import entry_exists, read_document
 from evalgate.store.records import Pair, Record, safe_name
 
 __all__ = ["MAX_ITEMS_PER_GROUP", "ArmView", "ChoiceView", "ItemView", "SuiteItems", "discordant_items"]
@@ -88,6 +92,30 @@ class SuiteItems:
     """A drift suite's documents, the most drifted first (report/_documents.py)."""
     has_kld: bool = False
     """Whether the documents carry distributions (a live drift suite), so a mean KL per document."""
+    differ: int = 0
+    """Items whose gated values differ between the arms (on either side of the 0.5 line or not)."""
+    unusable: int = 0
+    """Items whose gated value is missing or not finite on an arm (an item error, a NaN)."""
+    not_judged: str = ""
+    """Why the gate did not judge this suite (its primary row's reason, in full), or empty."""
+
+    @property
+    def agreement(self) -> str:
+        """What the item browser says when no item changed sides: never "agree" unless the gated
+        values are equal on every item on both arms."""
+        if not self.n:
+            return "No paired items."
+        if not self.differ and not self.unusable:
+            return "The arms agree on every item."
+        parts = ["No item changed from right to wrong or back"]
+        if self.differ:
+            parts.append(f"the {self.metric} values differ on {self.differ} of {self.n} items")
+        if self.unusable:
+            parts.append(
+                f"{self.unusable} of {self.n} items have no usable {self.metric} value on an arm "
+                "(missing, not finite, or an item error)"
+            )
+        return "; ".join(parts) + "; all are in items/*.jsonl."
 
     @property
     def hidden_documents(self) -> int:
@@ -111,16 +139,24 @@ def load_prompts(run_dir: Path, suite: str) -> dict[str, dict[str, Any]]:
     for name in dict.fromkeys((safe_name(suite), suite)):
         path = Path(run_dir) / "prompts" / f"{name}.jsonl"
         try:
-            if path.is_file():
-                with open(path, encoding="utf-8") as f:
-                    rows = [json.loads(line) for line in f if line.strip()]
+            if entry_exists(path):  # a FIFO, device or link there is refused, a read is bounded
+                rows = [json.loads(line) for line in read_document(path).decode().split("\n") if line.strip()]
                 return {str(r.get("item_id")): r for r in rows if isinstance(r, dict)}
         except (OSError, ValueError, json.JSONDecodeError):
             return {}
     return {}
 
 
-def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
+def _gated(record: Record, metric: str) -> float | None:
+    """The record's gated value, or None when it has none usable (missing, not a number, NaN)."""
+    value = record.metrics.get(metric)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def discordant_items(run: RunData, suite: str, anchor: str, *, not_judged: str = "") -> SuiteItems:
+    """The suite's changed items; ``not_judged``: why the gate did not judge it (shown in full)."""
     meta = run.manifest.suites[suite]
     metric = meta.metrics[0]
     private = meta.private and not run.manifest.request.reveal_private
@@ -131,9 +167,16 @@ def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
         return SuiteItems(
             suite=fmt.clean(suite), anchor=anchor, metric=fmt.clean(metric), kind=meta.kind, private=private,
             n=len(pairs), has_prompts=bool(prompts), drift=True, documents=docs, has_kld=has_kld,
+            not_judged=not_judged,
         )  # fmt: skip
     groups: dict[str, list[Pair]] = {"n10": [], "n01": []}
+    differ = unusable = 0
     for pair in run.pairs.get(suite, []):
+        x, y = _gated(pair.baseline, metric), _gated(pair.candidate, metric)
+        if x is None or y is None:  # the gate leaves it out too (gate/_rows.py paired_values)
+            unusable += 1
+            continue
+        differ += x != y
         b = _passed(pair.baseline.metrics.get(metric, 0.0))
         c = _passed(pair.candidate.metrics.get(metric, 0.0))
         if b != c:
@@ -156,6 +199,9 @@ def discordant_items(run: RunData, suite: str, anchor: str) -> SuiteItems:
         improvements=views(groups["n01"]),
         n10=len(groups["n10"]),
         n01=len(groups["n01"]),
+        differ=differ,
+        unusable=unusable,
+        not_judged=not_judged,
     )
 
 

@@ -3,7 +3,8 @@
 HTML, Markdown and JUnit never recompute or reformat a statistic, so they cannot disagree with
 each other or with verdict.json. Optional sections that other parts of evalgate add later
 (A/A noise, kernel checks, throughput, agreement) are listed in ``OPTIONAL_SECTIONS`` and
-rendered generically when the manifest or the verdict carries them, and skipped when absent.
+rendered generically when the manifest or the verdict carries them (report/_sections.py).
+A setting whose name is a secret's (``redact.is_secret_key``) is shown as ``***``.
 """
 
 from __future__ import annotations
@@ -14,24 +15,15 @@ from typing import Any
 
 from evalgate.gate import NOT_ESTIMABLE, Row, Verdict, parse_margin
 from evalgate.gate.verdict import RunData
+from evalgate.redact import MASK, is_secret_key
 from evalgate.report import _format as fmt
-from evalgate.report import throughput_svg as tp
 from evalgate.report._drift import FLIP_NOTE, FLIP_TITLE, DriftPanel, drift_panels, flip_drift_tables
 from evalgate.report._items import SuiteItems, discordant_items
 from evalgate.report._lengths import LengthPanel, length_panels
-from evalgate.report.answers import NOTE, answers_table
+from evalgate.report._sections import OPTIONAL_SECTIONS, Section, flatten, optional_sections
 from evalgate.store.manifest import Manifest, VariantInfo
 
 __all__ = ["OPTIONAL_SECTIONS", "ArgRow", "FactRow", "RowView", "RunView", "Section", "build_view"]
-
-# (key in the manifest or verdict.json, title). Adding a report section is one line here.
-OPTIONAL_SECTIONS: tuple[tuple[str, str], ...] = (
-    ("aa", "A/A noise floor"),
-    ("agreement", "Agreement between the arms"),
-    ("answers", "Answers per arm"),
-    ("kernel_check", "Kernel numerics check"),
-    ("throughput", "Throughput"),
-)
 
 
 @dataclass(frozen=True)
@@ -81,19 +73,6 @@ class FactRow:
     mean_latency: str
 
 
-@dataclass(frozen=True)
-class Section:
-    """A generic table: ``headers`` and string ``rows``, or key/value pairs when headers is empty."""
-
-    key: str
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    note: str = ""
-    svg: str = ""
-    """An inline chart (markupsafe.Markup, built by the report package itself, never from input)."""
-
-
 @dataclass
 class RunView:
     run_id: str
@@ -130,6 +109,13 @@ class RunView:
     def primary_rows(self) -> list[RowView]:
         return [r for r in self.rows if r.primary]
 
+    @property
+    def not_judged(self) -> list[str]:
+        """Why each suite the gate did not judge was not: its primary row's reason, in full."""
+        return [
+            fmt.not_judged(r.suite, r.reason) for r in self.primary_rows if r.status in ("error", "missing")
+        ]
+
 
 def anchor(suite: str, index: int) -> str:
     """A stable HTML id for any suite name (``private:/path`` included)."""
@@ -143,6 +129,7 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
     anchors = {s: anchor(s, i) for i, s in enumerate(suites)}
     margin = _margin(m, verdict)
     rows = [_row(r, anchors.get(r.suite, ""), margin) for r in verdict.suites]
+    unjudged = {r.suite: r.reason for r in verdict.suites if r.primary and r.status in ("error", "missing")}
     commit = m.git.commit or "unknown"
     return RunView(
         run_id=m.run_id,
@@ -161,13 +148,15 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
         models=_models(m),
         args=_args(m),
         rows=rows,
-        suite_items=[discordant_items(run, s, anchors[s]) for s in suites],
+        suite_items=[
+            discordant_items(run, s, anchors[s], not_judged=fmt.clean(unjudged.get(s, ""))) for s in suites
+        ],
         facts=_facts(run),
         servers=_per_arm(m, "server"),
         preflight=_preflight(m),
         errors=[fmt.clean(e) for e in run.errors()],
         run_info=_run_info(m),
-        sections=_optional(m, verdict),
+        sections=optional_sections(m, verdict),
         lengths=length_panels(m, verdict),
         drift=drift_panels(verdict),
         flip_drift=[
@@ -241,7 +230,7 @@ def _args(m: Manifest) -> list[ArgRow]:
                 if key not in sides:
                     sides[key] = {}
                     order.append(key)
-                sides[key][arm] = _value(v)
+                sides[key][arm] = MASK if is_secret_key(k) else _value(v)
     out = []
     for key in order:
         b, c = sides[key].get("baseline", "(absent)"), sides[key].get("candidate", "(absent)")
@@ -288,7 +277,7 @@ def _per_arm(m: Manifest, key: str) -> list[Section]:
     for arm, info in m.arms.items():
         value = getattr(info, key, None)
         if value:  # ServerFacts: the keys the server reported, as written
-            out.append(Section(f"{key}-{arm}", arm, [], _flatten(dict(value.items()))))
+            out.append(Section(f"{key}-{arm}", arm, [], flatten(dict(value.items()))))
     return out
 
 
@@ -321,75 +310,3 @@ def _run_info(m: Manifest) -> list[list[str]]:
     if pkgs:
         rows.append(["packages", ", ".join(f"{k} {fmt.compact(v)}" for k, v in pkgs.items())])
     return rows
-
-
-def _flatten(value: Any, prefix: str = "") -> list[list[str]]:
-    if isinstance(value, dict):
-        rows: list[list[str]] = []
-        for k, v in value.items():
-            rows += _flatten(v, f"{prefix}{k}." if isinstance(v, dict) else f"{prefix}{k}")
-        return rows
-    return [[fmt.clean(prefix.rstrip(".")), fmt.compact(value)]]
-
-
-def _optional(m: Manifest, verdict: Verdict) -> list[Section]:
-    data = verdict.to_dict()
-    out = []
-    for key, title in OPTIONAL_SECTIONS:
-        value = getattr(m, key, None)  # a field, or a section a newer evalgate added
-        if value is None:
-            value = data.get(key)
-        if value in (None, {}, []):
-            continue
-        if key == "answers":  # generation suites per arm (report/answers.py)
-            out.append(Section(key, title, *answers_table(value), note=NOTE))
-            continue
-        if key == "throughput" and isinstance(value, dict) and "levels" in value:
-            out += _throughput(value, title)
-            continue
-        out.append(_section(key, title, _kernel_rows(value) if key == "kernel_check" else value))
-    return out
-
-
-def _throughput(doc: dict[str, Any], title: str) -> list[Section]:
-    """throughput.json as two tables and a chart (evalgate bench, compare --with-throughput)."""
-    headers, rows = tp.level_table(doc)
-    cap_headers, cap_rows = tp.capacity_table(doc)
-    return [
-        Section("throughput", title, headers, rows, note=tp.settings_note(doc), svg=tp.throughput_chart(doc)),
-        Section("kv-capacity", "KV capacity", cap_headers, cap_rows),
-    ]
-
-
-def _kernel_rows(value: Any) -> Any:
-    """``evalgate.kernels.check`` reports nest metrics per row; flatten them into one table row each."""
-    if not isinstance(value, dict):
-        return value
-    if value.get("skipped"):
-        return {"kernels": ", ".join(value.get("kernels", [])), "skipped": value["skipped"]}
-    rows = []
-    for r in value.get("rows", []):
-        m, t = r.get("metrics", {}), r.get("threshold", {})
-        rows.append({
-            "kernel": r.get("name"), "impl": r.get("impl"), "shape": r.get("shape"),
-            "SQNR dB": m.get("sqnr_db"), "min SQNR dB": t.get("sqnr_db"), "cosine": m.get("cosine"),
-            "max abs": m.get("max_abs"), "rel Frobenius": m.get("rel_fro"), "passed": r.get("passed"),
-        })  # fmt: skip
-    return rows or value
-
-
-def _section(key: str, title: str, value: Any) -> Section:
-    """A list of dicts becomes a table; a dict of dicts a table keyed by its first column; else pairs."""
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        headers = list(dict.fromkeys(k for row in value for k in row))
-        rows = [[fmt.compact(row.get(h)) for h in headers] for row in value]
-        return Section(key, title, [fmt.clean(h) for h in headers], rows)
-    if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-        headers = list(dict.fromkeys(k for row in value.values() for k in row))
-        rows = [
-            [fmt.clean(str(name)), *(fmt.compact(row.get(h)) for h in headers)] for name, row in value.items()
-        ]
-        return Section(key, title, ["", *(fmt.clean(h) for h in headers)], rows)
-    if isinstance(value, dict):
-        return Section(key, title, [], _flatten(value))
-    return Section(key, title, [], [["", fmt.compact(value)]])

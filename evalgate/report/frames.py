@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from evalgate.errors import ConfigError
 from evalgate.gate.verdict import RunData
 from evalgate.report._documents import document_numbers
+from evalgate.store.files import read_document
 from evalgate.store.records import Pair
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class RunFrames:
         path = self.path / "verdict.json"
         if not path.exists():
             raise ConfigError(f"{path} does not exist", fix=f"render it first: evalgate report {self.path}")
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_document(path).decode("utf-8"))  # a regular file, bounded
         rows = [{"kind": "accuracy", **r} for r in doc.get("suites", [])]
         rows += [{"kind": "agreement", **r} for r in doc.get("agreement", [])]
         for s in doc.get("lengths", []):  # long-context suites (gate/_lengths.py)

@@ -106,6 +106,7 @@ def _head(v: RunView) -> list[str]:
             + (_md(v.margin_text) if v.margin_text else "the power floor (2 pt)")
             + ", so a PASS there is weak evidence; run more items to tighten it.\n"
         )
+    out += [f"\n{_md(line)}\n" for line in v.not_judged]  # in full: never a cut sentence
     out += [_length_table(s) for s in v.lengths]
     out += [_length_table(s) for s in v.sections if s.key == "answers"]  # per arm (report/answers.py)
     out += [_drift_table(s) for s in v.drift]  # drift suites (report/_drift.py)

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from evalgate.gate import Row, SuiteLengths, Verdict
 from evalgate.report._drift import PAIRS, drift_label, drift_value, flip_drift_tables, quantile_rows
-from evalgate.report._format import show_bidi
+from evalgate.report._format import not_judged, show_bidi
 from evalgate.report._lengths import HEADERS, length_cells, trend_text
 from evalgate.report.answers import answers_table
 
@@ -48,6 +48,9 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
             r.status.upper(),
         )
     console.print(table)
+    for r in verdict.suites:  # why a suite was not judged, in full (the verdict's reason may be another)
+        if r.primary and r.status in ("error", "missing") and r.reason not in verdict.reason:
+            console.print(escape(show_bidi(not_judged(r.suite, r.reason))), soft_wrap=True)
     if verdict.agreement:
         agree = Table(title=None)
         for col in ("suite", "flips", "flip rate", "budget", "p", "p_holm", "KL", "top-1 / text agree", ""):

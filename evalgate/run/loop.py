@@ -25,7 +25,7 @@ from evalgate.engines.attach import preflight_all
 from evalgate.engines.client import RequestFailed
 from evalgate.errors import EvalgateError, InfraError, InvalidResponse, PreflightError
 from evalgate.redact import env_secrets, redact
-from evalgate.run.plan import RunPlan
+from evalgate.run.plan import RunPlan, check_resumed_server, check_resumed_tokenizer
 from evalgate.run.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
 from evalgate.store.records import Record, RecordStore
 from evalgate.suites import Item, ItemResult, Suite, SuiteOptions, SuitePreflight
@@ -118,6 +118,7 @@ def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str])
         handle.retry = plan.retry  # the run's request timeout and tries, for the scorer's client
         if handle.api_key:
             plan.secrets.append(handle.api_key)
+        check_resumed_server(plan, arm, dict(handle.info))  # --resume: what the records came from
         plan.manifest.arm_launched(
             arm,
             command=handle.command,
@@ -200,6 +201,7 @@ async def _run_group(
 
         async def check(arm: str) -> None:
             report = await preflight_all(scorers[arm], server=arm)  # every URL of an attached arm
+            check_resumed_tokenizer(plan, arm, report.tokenizer_fingerprint)
             plan.manifest.arm_preflighted(
                 arm, tokenizer_fingerprint=report.tokenizer_fingerprint, checks=report.checks
             )
@@ -207,6 +209,7 @@ async def _run_group(
         await _each(plan, list(scorers), check)
         prints = {arm: info.tokenizer_fingerprint for arm, info in plan.manifest.arms.items()}
         require_one_tokenizer({arm: fp for arm, fp in prints.items() if fp})  # this group's and earlier arms'
+        plan.save()  # the tokenizers the records are made with, on disk before the first record
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),

@@ -6,7 +6,9 @@ that they match the run's). The request itself is ``evalgate.request.CompareRequ
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -17,15 +19,19 @@ from rich.console import Console
 
 from evalgate.config import EvalgateConfig
 from evalgate.engines import Engine
+from evalgate.engines.attach import deployment_changes
 from evalgate.engines.client import RetryPolicy
 from evalgate.engines.gguf import file_sha256
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
+from evalgate.redact import recorded_settings
 from evalgate.request import CompareRequest
 from evalgate.run.settle import load_items, resolve_suites, settle
 from evalgate.stats.sequential import DEFAULT_CHUNK
+from evalgate.store.files import write_atomic
 from evalgate.store.lock import RunLock
 from evalgate.store.manifest import (
+    ArmInfo,
     LaunchInfo,
     Manifest,
     SuiteInfo,
@@ -40,7 +46,15 @@ from evalgate.store.records import safe_name
 from evalgate.suites import Item, Suite, SuiteOptions
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["CompareRequest", "RunPlan", "plan_compare", "resolve_suites"]
+__all__ = [
+    "CompareRequest",
+    "RunPlan",
+    "check_resumed_server",
+    "check_resumed_tokenizer",
+    "model_digest",
+    "plan_compare",
+    "resolve_suites",
+]
 
 
 @dataclass
@@ -63,6 +77,9 @@ class RunPlan:
     """Held on the run folder from planning until the command ends: one writer per run."""
     secrets: list[str] = field(default_factory=list)
     """Launched servers' API keys, masked in every error stored or printed (never recorded)."""
+    recorded: dict[str, ArmInfo] = field(default_factory=dict)
+    """--resume: each arm as the original run recorded it (its servers, its tokenizer), before this
+    resume's launches overwrite it; the servers launched now must match it (``check_resumed_*``)."""
 
     def release(self) -> None:
         if self.lock is not None:
@@ -119,6 +136,8 @@ def _plan(
         _check_resume(old, manifest, run_dir)
         manifest.resumed_from(old)  # its request, arms, times, host, outcomes, sweeps, kernel check
     plan = RunPlan(req, run_dir, run_id, engine, specs, suites, items, options, manifest, variants)
+    if old:
+        plan.recorded = {arm: info.model_copy(deep=True) for arm, info in old.arms.items()}
     plan.retry = RetryPolicy(
         attempts=req.tries or cfg.client.tries,
         timeout_s=req.request_timeout_s or cfg.client.timeout_s or engine.request_timeout_s(),
@@ -158,14 +177,12 @@ def _write_prompts(plan: RunPlan) -> None:
         path = folder / f"{safe_name(suite.name)}.jsonl"  # private:/a/b would nest folders
         if path.exists():
             continue
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for it in plan.items[suite.name]:
-                if it.repeat:  # one row per item: its repeats asked the same
-                    continue
-                row = {"item_id": it.item_id, "prompt_hash": it.prompt_hash, **it.display}
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        tmp.replace(path)
+        rows = (  # one row per item: its repeats asked the same
+            {"item_id": it.item_id, "prompt_hash": it.prompt_hash, **it.display}
+            for it in plan.items[suite.name]
+            if not it.repeat
+        )  # write_atomic: never through a link; a lone surrogate becomes its JSON escape
+        write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def _manifest(
@@ -191,9 +208,9 @@ def _manifest(
         launch={
             arm: LaunchInfo(
                 model=s.model,
-                model_sha256=file_sha256(Path(s.model)) if Path(s.model).is_file() else None,
-                args=list(s.args),
-                env=list(s.env),
+                model_sha256=model_digest(s.model),
+                args=recorded_settings(s.args),  # a secret's digest, never its value
+                env=recorded_settings(s.env),
             )
             for arm, s in specs.items()
         },
@@ -214,8 +231,30 @@ def _manifest(
     )
 
 
+def model_digest(model: str) -> str | None:
+    """What identifies an arm's weights on disk: a model file's sha256 (memoised beside it), or for
+    a checkpoint folder the sha256 of its listing (every file's path, size and modification time;
+    hashing gigabytes of safetensors per run is too slow); None for a Hub id or a missing path."""
+    path = Path(model)
+    if path.is_file():
+        return file_sha256(path)
+    if not path.is_dir():
+        return None
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            f = Path(root) / name
+            if name.endswith(".sha256") or not f.is_file():
+                continue
+            st = f.stat()
+            h.update(f"{f.relative_to(path).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
 def _resume_keys(m: Manifest) -> dict[str, Any]:
-    """What a resumed run must share with the original (the rest of its request is the original's)."""
+    """What a resumed run must share with the original (the rest of its request is the original's);
+    each arm's launch (model, its digest, settings, environment) is compared part by part."""
     req = m.request
     return {
         "engine": m.engine,
@@ -225,16 +264,76 @@ def _resume_keys(m: Manifest) -> dict[str, Any]:
         "limit": req.limit,
         "max_gen_tokens": req.max_gen_tokens,
         "variants": m.variants,
-        "launch": m.launch,
         "suites": m.suites,
     }
+
+
+def _launch_changes(old: Manifest, new: Manifest) -> list[str]:
+    """Each arm's launch input that differs from the original run's, named with both values."""
+    out = []
+    for arm in dict.fromkeys([*old.launch, *new.launch]):
+        before, now = old.launch.get(arm), new.launch.get(arm)
+        if before is None or now is None:
+            out.append(f"the {arm}'s launch ({'added' if before is None else 'dropped'})")
+            continue
+        if before.model != now.model:
+            out.append(f"the {arm}'s model ({before.model} -> {now.model})")
+        elif before.model_sha256 is not None and before.model_sha256 != now.model_sha256:
+            was, is_ = before.model_sha256[:16], str(now.model_sha256)[:16]
+            out.append(f"the {arm}'s model files (their digest) at {now.model} (sha256 {was} -> {is_})")
+        for key, label in (("args", "launch settings"), ("env", "environment")):
+            if getattr(before, key) == getattr(now, key):
+                continue
+            a, b = dict(getattr(before, key)), dict(getattr(now, key))
+            diff = sorted(k for k in {*a, *b} if a.get(k, "<unset>") != b.get(k, "<unset>"))
+            shown = ", ".join(f"{k} {a.get(k, '<unset>')} -> {b.get(k, '<unset>')}" for k in diff[:4])
+            out.append(f"the {arm}'s {label} ({shown or 'their order, or a repeated flag'})")
+    return out
+
+
+def _changed(run_dir: Path, what: str, *, detail: str = "") -> ConfigError:
+    return ConfigError(
+        f"--resume {run_dir}: {what} changed since the run began, so its records and this resume's would be "
+        "paired as one arm though they come from different models or settings",
+        fix="start a new run (without --resume) for what changed; to finish this run, restore the original "
+        "inputs (see `launch` and `arms` in its manifest.json)",
+        detail=detail,
+    )
 
 
 def _check_resume(old: Manifest, new: Manifest, run_dir: Path) -> None:
     before, now = _resume_keys(old), _resume_keys(new)
     mismatched = [k for k in before if before[k] != now[k]]
+    launch = _launch_changes(old, new)
+    if launch and not {"engine", "engine_version"} & set(mismatched):  # another engine: said below
+        raise _changed(run_dir, "; ".join(launch))
     if mismatched:
         raise ConfigError(
             f"--resume {run_dir}: this command differs from the original run in {', '.join(mismatched)}",
             fix="rerun with exactly the original flags (see `command` in its manifest.json), or start a new run",
         )
+
+
+def check_resumed_server(plan: RunPlan, arm: str, info: dict[str, Any]) -> None:
+    """--resume: an attached arm's servers must serve what the run recorded (engine, version,
+    model, settings; their URLs and per-start ids may change). A launched arm's server is its
+    launch spec and model digest, checked before any launch (``_check_resume``)."""
+    before = plan.recorded.get(arm)
+    servers = before.server.servers if before is not None else None
+    if not servers or not info.get("servers"):
+        return
+    changes = deployment_changes({"servers": servers}, info)
+    if changes:
+        raise _changed(
+            plan.run_dir,
+            f"what the {arm}'s servers serve ({', '.join(k for k, _, _ in changes[:6])})",
+            detail="\n".join(f"  {k}: recorded {a!r}, now {b!r}" for k, a, b in changes[:20]),
+        )
+
+
+def check_resumed_tokenizer(plan: RunPlan, arm: str, fingerprint: str | None) -> None:
+    """--resume: the arm's tokenizer must be the one its records were made with."""
+    before = plan.recorded.get(arm)
+    was = before.tokenizer_fingerprint if before is not None else None
+    if was and fingerprint and was != fingerprint:
+        raise _changed(plan.run_dir, f"the {arm}'s tokenizer (fingerprint {was[:16]} -> {fingerprint[:16]})")

@@ -10,6 +10,7 @@ manifest are the plan's (``evalgate.run.plan``); nothing here writes or launches
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +37,7 @@ from evalgate.suites import (
 )
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
-__all__ = ["Settled", "load_items", "resolve_suites", "settle", "suite_options"]
+__all__ = ["Settled", "load_items", "resolve_suites", "settle", "suite_options", "suite_tables"]
 
 
 @dataclass(frozen=True)
@@ -130,12 +131,42 @@ def resolve_suites(req: CompareRequest) -> list[Suite]:
             + (" (--chat runs the chat variants)" if req.chat else ""),
         )
     suites = [registry.get(name, options=req.suite_options.get(name)) for name in names]
+    first: dict[str, str] = {}
+    for spec, suite in zip(names, suites, strict=True):  # records and rows are keyed by name
+        if suite.name in first:
+            raise ConfigError(
+                f"--suites {first[suite.name]} and {spec} are both the suite {suite.name}, so one of them "
+                "would silently not run",
+                fix='name each suite once; two private exams need their own names (name = "..." in one '
+                "folder's exam.toml, see suites/private/README.md)",
+            )
+        first[suite.name] = spec
     if req.thinking != "auto" and not any(s.takes_thinking for s in suites):
         raise ConfigError(
             f"--thinking {req.thinking} reaches only chat suites, and this run has none",
             fix="add --chat (or a chat suite such as gsm8k_chat, or a private exam), or drop --thinking",
         )
     return suites
+
+
+def suite_tables(
+    tables: Mapping[str, Mapping[str, Any]], suites: Sequence[str], *, chat: bool
+) -> dict[str, dict[str, Any]]:
+    """The ``[suites.<name>]`` tables of evalgate.toml this run takes: those of the suites it runs,
+    under the name it runs them by (``--suites gsm8k --chat`` runs gsm8k_chat: its table is
+    ``[suites.gsm8k_chat]``). A table of a suite the run leaves out stays unused, as evalgate.toml
+    serves every run; under --chat the plain suite's table is refused, since its suite does not
+    run and its options are not the chat variant's."""
+    runs = chat_variants(suites) if chat else tuple(suites)
+    for name in suites if chat else ():
+        runs_as = chat_variants([name])[0]
+        if runs_as != name and name in tables:
+            raise ConfigError(
+                f"[suites.{name}] in evalgate.toml: --chat runs {runs_as} in place of {name}, so that "
+                f"table would not apply",
+                fix=f"move its options to [suites.{runs_as}] (see `evalgate suites list`), or drop --chat",
+            )
+    return {name: dict(table) for name, table in tables.items() if name in runs}
 
 
 def suite_options(req: CompareRequest, engine: str) -> SuiteOptions:

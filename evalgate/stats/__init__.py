@@ -52,6 +52,7 @@ from evalgate.stats._resampling import (
 )
 from evalgate.stats._sampled import SampledExcessResult, sampled_excess_test
 from evalgate.stats._seeds import stable_seed
+from evalgate.stats._timing import DEFAULT_LEAK_SHARE, TimingResult, cache_timing_test
 from evalgate.stats._trend import TrendResult, discordant_trend
 from evalgate.stats.sequential import (
     SequentialOutcome,
@@ -64,6 +65,7 @@ from evalgate.stats.sequential import (
 
 __all__ = [
     "DEFAULT_FLIP_BUDGET",
+    "DEFAULT_LEAK_SHARE",
     "EXACT_LIMIT",
     "BinomTestResult",
     "BootstrapResult",
@@ -78,7 +80,9 @@ __all__ = [
     "SequentialOutcome",
     "SequentialResult",
     "SequentialRule",
+    "TimingResult",
     "TrendResult",
+    "cache_timing_test",
     "choice_kl",
     "discordant_trend",
     "document_drift",

@@ -122,6 +122,16 @@ class RecordExtra(Facts):
     error: str | None = Field(
         None, description="--errors-as-wrong (in memory, never written): the error of an item scored 0."
     )
+    nonfinite: dict[str, str] | None = Field(
+        None,
+        description="Values that were NaN or infinite, written as null (strict JSON has no such numbers): "
+        "path (metrics.acc, response.0.0) -> nan, inf or -inf. Read back as those floats.",
+    )
+    surrogates: list[str] | None = Field(
+        None,
+        description="Fields whose text holds a lone UTF-16 surrogate, which UTF-8 cannot hold: the line "
+        "is written ASCII-only, with \\uXXXX escapes, so the text reads back exactly.",
+    )
 
 
 class ServerFacts(Facts):

@@ -4,6 +4,10 @@ Two ``evalgate compare`` processes on one run (say two ``--resume`` of it) would
 remaining item and append the same records twice. The second one fails at once instead, naming
 the process that holds the run. The lock goes with its process, so a killed run leaves nothing to
 clean up; the file itself stays (removing it would race a process opening it).
+
+The lock file is opened without following a link and must be a regular file
+(``evalgate.store.files.open_lock``): a link planted at ``RUN/.lock`` would otherwise get the
+pid written into it (the file it points to truncated), and a FIFO or device there is no lock.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 from pathlib import Path
 
 from evalgate.errors import ConfigError
+from evalgate.store.files import make_folder, open_lock
 
 __all__ = ["LOCK_FILE", "RunLock"]
 
@@ -33,8 +38,8 @@ class RunLock:
     def acquire(self) -> RunLock:
         if self._fd is not None:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        make_folder(self.path.parent)
+        fd = open_lock(self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

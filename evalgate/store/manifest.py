@@ -36,11 +36,11 @@ from pydantic import (
     model_validator,
 )
 
-from evalgate.config import read_text
 from evalgate.errors import ConfigError
 from evalgate.redact import env_secrets, redact
 from evalgate.request import CompareRequest
 from evalgate.store.facts import ServerFacts
+from evalgate.store.files import entry_exists, make_folder, read_document, write_atomic
 
 __all__ = [
     "MANIFEST_SCHEMA",
@@ -344,23 +344,23 @@ class Manifest(BaseModel):
 
 def write_manifest(run_dir: Path, manifest: Manifest) -> None:
     """Write atomically, so a crash never leaves a half manifest that blocks --resume."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "manifest.json.tmp"
+    make_folder(run_dir)
     text = json.dumps(manifest.to_dict(), indent=2, sort_keys=False, default=str)
-    tmp.write_text(redact(text, secrets=env_secrets()) + "\n", encoding="utf-8")  # URL credentials too
-    tmp.replace(run_dir / "manifest.json")
+    write_atomic(run_dir / "manifest.json", redact(text, secrets=env_secrets()) + "\n")  # URL credentials too
 
 
 def load_manifest(run_dir: Path) -> Manifest:
     """The run folder's manifest, schema 1 (migrated) or 2."""
     path = Path(run_dir) / "manifest.json"
-    if not path.exists():
+    if not entry_exists(path):
         raise ConfigError(
             f"{run_dir} has no manifest.json, so it is not an evalgate run folder",
             fix="pass the folder that `evalgate compare` printed (reports/<run-id>)",
         )
     try:
-        data = json.loads(read_text(path))
+        data = json.loads(read_document(path).decode("utf-8"))  # a regular file, bounded
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text", fix="restore it or start a new run") from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON: {exc}", fix="restore it or start a new run") from exc
     if not isinstance(data, dict) or data.get("schema") not in (1, MANIFEST_SCHEMA):

@@ -9,12 +9,16 @@ repeat) supersedes an earlier one, which is how a resumed run retries an item th
 line cut short by a crash is dropped. A line of another run (its ``run_id``) is refused, never
 reused; a line without one (written before every record carried it) belongs to the run of the
 folder's manifest.
+
+Each line is strict JSON and valid UTF-8 whatever a server sent (``evalgate.store.record_json``:
+a NaN or infinity is written as null with ``extra["nonfinite"]`` saying what it was, a lone
+surrogate makes the line ASCII-only with ``extra["surrogates"]``); the file is read and written
+only as a regular file in the run folder, bounded (``evalgate.store.files``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -26,6 +30,8 @@ from pydantic import dataclasses as pyd
 
 from evalgate.errors import ConfigError
 from evalgate.store.facts import RecordExtra
+from evalgate.store.files import append_bytes, entry_exists, iter_lines, make_folder, truncate_torn_tail
+from evalgate.store.record_json import NONFINITE, dumps_record, restore_nonfinite
 
 __all__ = [
     "SCHEMA",
@@ -77,7 +83,7 @@ class Record:
         data = asdict(self)
         data["extra"] = self.extra.to_dict()
         ordered = {"schema": data.pop("schema"), **data}
-        return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+        return dumps_record(ordered, _jsonable)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
@@ -99,10 +105,15 @@ def _check_schema(data: Any) -> None:
 
 
 _PARSE = TypeAdapter(Record)
+_NONFINITE_KEY = f'"{NONFINITE}":'
 
 
 def parse_record(line: str) -> Record:
     """One JSONL line as a validated Record (straight from JSON: the fast path for big runs)."""
+    if _NONFINITE_KEY in line:  # values written as null go back to NaN or inf first
+        data = json.loads(line)
+        _check_schema(data)
+        return Record.from_dict(restore_nonfinite({"run_id": "", **data}))
     try:
         return _PARSE.validate_json(line)
     except ValidationError as exc:
@@ -145,9 +156,9 @@ class RecordStore:
     def load(self, suite: str, arm: str) -> dict[tuple[str, str, int], Record]:
         """The latest record per item; repairs a torn last line so appends stay valid JSONL."""
         path = self.path(suite, arm)
-        if not path.exists():
+        if not entry_exists(path):
             return {}
-        _truncate_torn_tail(path)
+        truncate_torn_tail(path)
         out = {}
         for r in read_records(path):
             if self.run_id is not None and r.run_id and r.run_id != self.run_id:
@@ -161,42 +172,30 @@ class RecordStore:
 
     def append(self, record: Record) -> None:
         path = self.path(record.suite, record.arm)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        line = record.to_json() + "\n"
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        make_folder(path.parent)
+        append_bytes(path, (record.to_json() + "\n").encode("utf-8"))
 
     def all_paths(self) -> list[Path]:
         return sorted(self.dir.glob("*.jsonl")) if self.dir.exists() else []
 
 
-def _truncate_torn_tail(path: Path) -> None:
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with open(path, "r+b") as f:
-            f.truncate(cut)
-
-
 def read_records(path: Path) -> Iterator[Record]:
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.endswith(b"\n"):
-                return  # torn by a crash mid-write; the item reruns on resume
-            try:
-                yield parse_record(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise ConfigError(
-                    f"{path}:{lineno} is not UTF-8 text",
-                    fix="remove that line; its item will rerun with --resume",
-                ) from exc
-            except (json.JSONDecodeError, ValidationError) as exc:
-                raise ConfigError(
-                    f"{path}:{lineno} is not a valid record: {exc}",
-                    fix="remove that line; its item will rerun with --resume",
-                ) from exc
+    """Every complete line of an items file as a Record (a regular file, bounded: store.files)."""
+    for lineno, raw in enumerate(iter_lines(path), 1):
+        if not raw.endswith(b"\n"):
+            return  # torn by a crash mid-write; the item reruns on resume
+        try:
+            yield parse_record(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{path}:{lineno} is not UTF-8 text",
+                fix="remove that line; its item will rerun with --resume",
+            ) from exc
+        except (json.JSONDecodeError, ValidationError) as exc:
+            raise ConfigError(
+                f"{path}:{lineno} is not a valid record: {exc}",
+                fix="remove that line; its item will rerun with --resume",
+            ) from exc
 
 
 def errors_as_wrong(records: Mapping[K, Record], metrics: Iterable[str]) -> dict[K, Record]:

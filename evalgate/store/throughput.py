@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.engines.capacity import capacity_ratio
 from evalgate.errors import ConfigError
+from evalgate.store.files import make_folder, write_atomic
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -166,9 +167,7 @@ def throughput_doc(arms: Mapping[str, Mapping[str, Any] | None], settings: Bench
 def write_throughput(folder: Path, doc: Mapping[str, Any]) -> Path:
     """Atomically write ``folder/throughput.json`` (checked against ``ThroughputDoc`` first)."""
     ThroughputDoc.model_validate(doc)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     path = folder / "throughput.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return path

@@ -46,7 +46,10 @@ class DriftSettings(BaseModel):
     )
     source: Literal["gsm8k"] = Field("gsm8k", description="documents: GSM8K train question + solution")
     kld_budget: float | None = Field(
-        None, gt=0, description="the gate's mean KL budget, nats per token (--drift-budget wins; unset: 0.01)"
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="the gate's mean KL budget, nats per token (--drift-budget wins; unset: 0.01)",
     )
     ppl_margin: float | None = Field(
         None,

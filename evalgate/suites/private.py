@@ -14,15 +14,15 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evalgate.config import read_text
+from evalgate.config import path_kind, read_text, require_regular_file
 from evalgate.errors import ConfigError
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 from evalgate.suites._chat import read_chat
@@ -131,23 +131,83 @@ def _item_problem(row: Any) -> str | None:
             parse_number(answer)
         except ValueError:
             return "has an 'answer' that is not a number (grader numeric)"
-    if grader == "regex":
+    return None  # a regex answer is compiled apart, all at once (_regex_problems)
+
+
+REGEX_COMPILE_S = 1.0
+REGEX_COMPILE_BYTES = 1 << 29
+"""What compiling one regex answer may take, in a child process at load: the regex package expands
+counted repeats as it compiles (``(?:(?:a{60000}){60000}){60000}`` asks for every byte of the
+machine), and 5,000 nested groups overflow its parser's recursion."""
+
+_COMPILE = """
+import json, signal, sys, time
+try:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+except (ImportError, ValueError, OSError):  # no such limit here: the time limit still holds
+    pass
+import regex
+def stop(*_):
+    raise TimeoutError
+signal.signal(signal.SIGALRM, stop)
+for pattern in json.load(sys.stdin):
+    t0 = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, float(sys.argv[2]))  # stops the parser, not C code
         try:
-            regex.compile(answer)
-        except regex.error as exc:
-            return f"has an 'answer' that is not a valid regular expression ({exc.msg} at position {exc.pos})"
-    return None
+            regex.compile(pattern)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        out = {"s": time.monotonic() - t0}
+    except regex.error as exc:
+        out = {"error": f"{exc.msg} at position {exc.pos}"}
+    except BaseException as exc:
+        out = {"fails": type(exc).__name__}
+    print(json.dumps(out), flush=True)
+"""
+
+
+_WHY = {"TimeoutError": "too slow", "MemoryError": "out of memory", "RecursionError": "nested too deeply"}
+
+
+def _regex_problems(answers: list[str]) -> list[str | None]:
+    """Per regex answer, why it cannot be graded (never quoting it), or None; see REGEX_COMPILE_S."""
+    if not answers:
+        return []
+    limit = f"{REGEX_COMPILE_S:g} s and {REGEX_COMPILE_BYTES >> 20} MiB"
+    argv = [sys.executable, "-I", "-c", _COMPILE, str(REGEX_COMPILE_BYTES), str(REGEX_COMPILE_S)]
+    try:  # the budget: each answer's, plus the child's start on a busy machine
+        done = subprocess.run(
+            argv, input=json.dumps(answers), capture_output=True, text=True,
+            timeout=10 + REGEX_COMPILE_S * len(answers),
+        ).stdout  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        done = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+    lines = [json.loads(line) for line in done.splitlines(keepends=True) if line.endswith("\n")]
+    out: list[str | None] = []
+    for i in range(len(answers)):
+        got = lines[i] if i < len(lines) else {"fails": "stopped"}  # the child died on it, or timed out
+        if "error" in got:
+            out.append(f"is not a valid regular expression ({got['error']})")
+        elif "fails" in got or got["s"] > REGEX_COMPILE_S:
+            why = _WHY.get(got.get("fails", "TimeoutError"), "the compiler died on it")
+            out.append(f"does not compile within {limit} ({why}: counted repeats expand as it compiles)")
+        else:
+            out.append(None)
+    return out
 
 
 def _read_items(path: Path) -> tuple[ExamItem, ...]:
-    if not path.is_file():
-        raise ConfigError(
-            f"{path} does not exist",
-            fix="a private exam folder needs items.jsonl (see suites/private/README.md)",
-        )
+    require_regular_file(
+        path,
+        "private exam file",
+        fix="a private exam folder needs items.jsonl (see suites/private/README.md)",
+    )
     items: list[ExamItem] = []
     seen: dict[str, int] = {}
     problems: list[str] = []
+    patterns: list[tuple[int, str, str]] = []  # line, id, regex answer
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
@@ -169,9 +229,17 @@ def _read_items(path: Path) -> tuple[ExamItem, ...]:
                 problems.append(f"{path}:{lineno}: {problem}")
                 continue
             seen[row["id"]] = lineno
+            if row["grader"] == "regex":
+                patterns.append((lineno, row["id"], row["answer"]))
             choices = tuple(row["choices"]) if row.get("choices") is not None else None
             items.append(ExamItem(row["id"], row["prompt"], row["answer"], row["grader"], choices))
+    for (lineno, item_id, _), problem in zip(
+        patterns, _regex_problems([p for *_, p in patterns]), strict=True
+    ):
+        if problem:
+            problems.append(f"{path}:{lineno}: item {item_id!r} has an 'answer' that {problem}")
     if problems:
+        problems.sort(key=lambda text: int(text[len(str(path)) + 1 :].partition(":")[0]))
         raise ConfigError(
             problems[0],
             fix="correct the line(s) named; each holds {id, prompt, answer, grader[, choices]} (suites/private/README.md)",
@@ -186,11 +254,11 @@ def _read_items(path: Path) -> tuple[ExamItem, ...]:
 class ExamConfig(BaseModel):
     """``exam.toml``: every key optional."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Suite name: private:NAME.")
     system_prompt: str | None = Field(None, description="System message sent before every item.")
-    max_tokens: int = Field(256, ge=1, description="Generation cap per item.")
-    temperature: float = Field(0.0, ge=0.0, description="Sampling temperature (0: greedy).")
+    max_tokens: int = Field(256, ge=1, le=2**31 - 1, description="Generation cap per item.")
+    temperature: float = Field(0.0, ge=0.0, le=5.0, description="Sampling temperature (0: greedy).")
 
 
 EXAM_RULES = {
@@ -199,8 +267,8 @@ EXAM_RULES = {
         '"my_exam"',
     ),
     "system_prompt": ("a string", '"Answer in one word."'),
-    "max_tokens": ("an integer of at least 1", "256"),
-    "temperature": ("a number of at least 0 (0 is greedy)", "0.0"),
+    "max_tokens": ("an integer of at least 1 and at most 2147483647", "256"),
+    "temperature": ("a number of at least 0 (0 is greedy) and at most 5, not inf or nan", "0.0"),
 }
 """Each exam.toml key: the rule its value must follow, as an error states it, and an example."""
 
@@ -222,7 +290,7 @@ def _toml_problem(path: Path, error: Any) -> ConfigError:
 
 
 def _read_toml(path: Path) -> ExamConfig:
-    if not path.exists():
+    if path_kind(path) == "does not exist":  # optional; a folder or pipe by that name is refused
         return ExamConfig()
     try:
         return ExamConfig.model_validate(tomllib.loads(read_text(path)))
@@ -235,9 +303,12 @@ def _read_toml(path: Path) -> ExamConfig:
 def load_exam(path: Path) -> Exam:
     """Read and validate an exam folder; raises ConfigError (exit 2) naming file and line."""
     path = Path(path).expanduser()
-    if not path.is_dir():
+    kind = path_kind(path)
+    if kind != "is a directory":
         raise ConfigError(
-            f"private exam folder {path} does not exist", fix="pass --suites private:PATH with your folder"
+            f"private exam folder {path} {kind}"
+            + ("" if kind.startswith(("does not", "cannot")) else ", not a folder"),
+            fix="pass --suites private:PATH with the folder that holds items.jsonl",
         )
     cfg = _read_toml(path / "exam.toml")
     items = _read_items(path / "items.jsonl")

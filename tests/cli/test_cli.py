@@ -110,7 +110,7 @@ def test_compare_flags_are_the_request_models_fields() -> None:
     assert actions["suite_options"].option_strings == ["--suite-opt"]
     assert actions["policy"].choices == ["difference", "regression", "non-inferiority"]
     assert (
-        "(default: gsm8k,arc_easy)" in actions["suites"].help
+        "(default: gsm8k,arc_easy,drift)" in actions["suites"].help
         and "(default: on)" in actions["agreement_gate"].help
     )
     extra = set(actions) - set(CompareRequest.model_fields)
@@ -132,7 +132,7 @@ def test_request_from_flags_config_and_suite_opts(tmp_path: Path) -> None:
     assert req.suite_options == {
         "tool_calls": {"prefill": False, "k": 3, "note": "plain text"}
     }  # mmlu not run
-    assert request_from_args(_compare_parser().parse_args([])).suites == ("gsm8k", "arc_easy")
+    assert request_from_args(_compare_parser().parse_args([])).suites == ("gsm8k", "arc_easy", "drift")
 
 
 def test_bad_suite_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

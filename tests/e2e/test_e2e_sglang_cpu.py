@@ -291,3 +291,29 @@ def test_token_distributions_on_real_sglang(
         assert len(top) == 20 and all(isinstance(t, int) and -1e9 < v <= 0 for t, v in top) and lp <= 0
     assert any(top[0][0] != tok and lp < top[0][1] for tok, (lp, top) in zip(forced, positions, strict=True))
     assert sum(lp for lp, _ in positions) == pytest.approx(loglik, abs=1e-3)
+
+
+def test_cache_probe_isolates_salted_tenants_and_blocks_without_salts(
+    servers: tuple[SGLangCPUEngine, ServerHandle, ServerHandle],
+) -> None:
+    """#33 on 0.5.23: with salts CROSS reads 0 cached tokens and the positive control is
+    significant (PASS); with the salts omitted the probe BLOCKs. Prints both summary lines."""
+    from evalgate.probe import ProbeSettings, run_cache_probe, summary_line
+
+    engine, one, _ = servers
+
+    async def probe(salted: bool) -> dict[str, Any]:
+        scorer = engine.scorer(one)
+        try:
+            return await run_cache_probe(scorer, ProbeSettings(probes=12, salted=salted))
+        finally:
+            await scorer.aclose()
+
+    salted = asyncio.run(probe(True))
+    print(summary_line(salted))
+    assert salted["verdict"] == "PASS", salted["reasons"]
+    assert salted["oracle"]["cross_cached_max"] == 0 and salted["timing"]["gap_p"] < 0.05
+    assert salted["oracle"]["same_probes_below_prefix"] == 0 and salted["flush"] == ["flushed"]
+    shared = asyncio.run(probe(False))
+    print(summary_line(shared))
+    assert shared["verdict"] == "BLOCK" and shared["oracle"]["cross_probes_with_cached_tokens"] == 12

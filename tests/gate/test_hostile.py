@@ -248,7 +248,7 @@ def test_completions_and_chat_answers_are_checked() -> None:
     ):
         with pytest.raises(InvalidResponse, match=why):
             completion_result(data, [], "candidate")
-    assert check_chat({"choices": [{"message": {"content": None, "tool_calls": []}}]}, "c")
+    assert check_chat({"choices": [{"message": {"content": None, "tool_calls": [{"id": "1"}]}}]}, "c")
     for data in (
         {"choices": []},
         {"choices": [{"message": "hi"}]},

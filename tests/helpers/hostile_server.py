@@ -3,7 +3,7 @@
 
 It speaks enough of the dialect for attach mode and the preflight to accept it: ``/v1/models``,
 ``/props``, ``/health``, ``/tokenize`` and ``/detokenize`` (one token per character, id = code
-point), ``/apply-template``, and ``/v1/completions`` both for forced-token log-likelihoods (the
+point; ``bad_tokens`` spoils /tokenize only after the preflight's two /detokenize round trips), ``/apply-template``, and ``/v1/completions`` both for forced-token log-likelihoods (the
 token-id grammar evalgate sends; every forced token scores -1) and for generation, plus
 ``/v1/chat/completions``. Its first ``grace`` scoring requests (the preflight's six probes) are
 answered well; from then on it answers per ``mode`` (``MODES``). Every request is recorded
@@ -47,6 +47,10 @@ MODES = (
     "huge_text",  # 300 000 characters, finish_reason "length"
     "truncated",  # the usual answer, finish_reason "length"
     "script_text",  # markup, script and bidi controls as the answer
+    "redirect",  # HTTP 307 to ``redirect_to`` (another server's same path)
+    "huge_length",  # a Content-Length of 3 GiB, a few bytes sent, then the connection closed
+    "padded_body",  # the usual answer, then ``pad_bytes`` of whitespace, chunked (no Content-Length)
+    "bad_tokens",  # /tokenize answers ``bad_token`` as the first id once the preflight's round trip is done
 )
 
 SCRIPT = '<script>alert("x")</script>[/bold][red]\u202e\u2066 ]]> {{7}} <img src=x onerror=1>\u202c'
@@ -75,6 +79,12 @@ class Hostile:
     """/props ``media_marker``, which llama-server draws at random per start (none when empty)."""
     answer_for: dict[str, str] = field(default_factory=dict)
     """Generation text per prompt (the last ``{"prompt"}`` key that ends the prompt), else ``answer``."""
+    redirect_to: str = ""
+    """``redirect``: the base URL its 307s point at (the path kept)."""
+    pad_bytes: int = 2 * 2**20
+    """``padded_body``: whitespace after the answer."""
+    bad_token: Any = "7"
+    """``bad_tokens``: what /tokenize answers in place of the first token id."""
     url: str = ""
     seen: list[tuple[str, Any]] = field(default_factory=list)
     scoring: int = 0
@@ -121,7 +131,10 @@ def hostile_app(h: Hostile) -> web.Application:
 
     async def tokenize(request: web.Request) -> web.Response:
         body = await read(request)
-        return dump({"tokens": [ord(c) for c in body["content"]]})
+        tokens: list[Any] = [ord(c) for c in body["content"]]
+        if h.mode == "bad_tokens" and len(h.sent("/detokenize")) >= 2 and tokens:
+            tokens[0] = h.bad_token
+        return dump({"tokens": tokens})
 
     async def detokenize(request: web.Request) -> web.Response:
         body = await read(request)
@@ -142,8 +155,10 @@ def hostile_app(h: Hostile) -> web.Application:
             return "http500" if digest[0] % 3 == 0 else "good"
         return h.mode
 
-    def broken(mode: str) -> web.Response | None:
+    def broken(mode: str, request: web.Request) -> web.Response | None:
         """The answer of the modes that break any scoring request alike."""
+        if mode == "redirect":
+            return web.Response(status=307, headers={"Location": h.redirect_to + request.path_qs})
         if mode == "http500":
             return raw('{"error": "[/bold] <script>boom</script> internal error"}', status=500)
         if mode == "invalid_json":
@@ -165,10 +180,32 @@ def hostile_app(h: Hostile) -> web.Application:
             "script_text": (SCRIPT, "stop"),
         }.get(mode, (answer, "stop"))
 
-    async def completions(request: web.Request) -> web.Response:
+    async def oversized(request: web.Request, mode: str, good: web.Response) -> web.StreamResponse:
+        """``huge_length`` and ``padded_body``: a body past any sane cap; else ``good``."""
+        if mode not in ("huge_length", "padded_body"):
+            return good
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        if mode == "huge_length":
+            resp.content_length = 3 * 2**30
+        else:
+            resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        assert isinstance(good.body, bytes)
+        await resp.write(good.body)
+        if mode == "huge_length":  # the 3 GiB never come: the connection ends
+            assert request.transport is not None
+            request.transport.close()
+            return resp
+        chunk = b" " * 2**16
+        for _ in range(h.pad_bytes // len(chunk)):
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+
+    async def completions(request: web.Request) -> web.StreamResponse:
         body = await read(request)
         mode = misbehaving(body)
-        bad = broken(mode)
+        bad = broken(mode, request)
         if bad is not None:
             return bad
         usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": 1}
@@ -182,19 +219,23 @@ def hostile_app(h: Hostile) -> web.Application:
             choice: dict[str, Any] = {"index": 0, "text": "", "finish_reason": "length"}
             if mode != "missing_logprobs":
                 choice["logprobs"] = {"content": content}
-            return dump({"choices": [choice], "usage": usage})
+            return await oversized(request, mode, dump({"choices": [choice], "usage": usage}))
         text, finish = said(mode, _text(body["prompt"]))
-        return dump({"choices": [{"index": 0, "text": text, "finish_reason": finish}], "usage": usage})
+        answer = dump({"choices": [{"index": 0, "text": text, "finish_reason": finish}], "usage": usage})
+        return await oversized(request, mode, answer)
 
-    async def chat(request: web.Request) -> web.Response:
+    async def chat(request: web.Request) -> web.StreamResponse:
         body = await read(request)
-        bad = broken(mode := misbehaving(body))
+        bad = broken(mode := misbehaving(body), request)
         if bad is not None:
             return bad
         text, finish = said(mode)
         message = {"role": "assistant", "content": text}
         usage = {"prompt_tokens": 10, "completion_tokens": 1}
-        return dump({"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage})
+        answer = dump(
+            {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+        )
+        return await oversized(request, mode, answer)
 
     app = web.Application(client_max_size=16 * 2**20)
     app.router.add_get("/health", const({"status": "ok"}))

@@ -124,7 +124,8 @@ def test_the_built_ins_declare_what_differs() -> None:
     assert {n for n, s in suites.items() if s.takes_thinking} == {
         n for n, s in suites.items() if s.kind == "chat" and n != "tool_calls"
     }
-    assert all(s.metric_kind == "binary" for s in suites.values())
+    assert {n for n, s in suites.items() if s.metric_kind != "binary"} == {"drift"}
+    assert suites["drift"].metric_kind == "drift" and suites["drift"].drift_budget is None
     with_options = {n for n, s in suites.items() if isinstance(s.settings, BaseModel)}
     assert {"tool_calls", "long_context", "gsm8k_chat"} <= with_options
     assert suites["tool_calls"].takes_thinking is False  # its requests carry no enable_thinking

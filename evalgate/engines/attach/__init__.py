@@ -1,6 +1,7 @@
 """Attach mode: servers that are already running, given as URLs per arm. Nothing is launched; each
 server's engine and settings are read back (``_fingerprint``, through each engine package's
-``AttachDialect``), and an arm's items are sharded across its URLs (``_sharded``)."""
+``AttachDialect``), an arm's items are sharded across its URLs (``_sharded``), and two spellings of
+one server are told apart from two servers (``_urls``)."""
 
 from evalgate.engines.attach._engine import AttachedHandle, ExternalEngine
 from evalgate.engines.attach._fingerprint import (
@@ -9,14 +10,13 @@ from evalgate.engines.attach._fingerprint import (
     api_key_for,
     attached_settings,
     check_attached_pair,
+    deployment_changes,
     fingerprint,
-    normalize_url,
     require_attached_pair,
     require_two_instances,
-    require_two_servers,
-    server_identity,
 )
 from evalgate.engines.attach._sharded import ShardedScorer, preflight_all, shard_index
+from evalgate.engines.attach._urls import normalize_url, require_two_servers, server_identity
 
 __all__ = [
     "DIALECTS",
@@ -27,6 +27,7 @@ __all__ = [
     "api_key_for",
     "attached_settings",
     "check_attached_pair",
+    "deployment_changes",
     "fingerprint",
     "normalize_url",
     "preflight_all",

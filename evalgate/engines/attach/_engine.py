@@ -28,11 +28,11 @@ from evalgate.engines.attach._fingerprint import (
     api_key_for,
     dialect_of,
     fingerprint,
-    normalize_url,
     require_attached_pair,
     require_two_instances,
 )
 from evalgate.engines.attach._sharded import ShardedScorer
+from evalgate.engines.attach._urls import normalize_url
 from evalgate.errors import ConfigError
 from evalgate.redact import redact_url
 from evalgate.variants import LaunchSpec, Variant

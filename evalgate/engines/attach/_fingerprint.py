@@ -11,12 +11,13 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from evalgate.engines import llamacpp, sglang, vllm
 from evalgate.engines.api import AttachDialect
+from evalgate.engines.attach._urls import normalize_url
+from evalgate.engines.client import MAX_ANSWER_BYTES
 from evalgate.errors import ConfigError, ServerStartError
 from evalgate.redact import BODY_EXCERPT, redact, redact_url
 
@@ -43,49 +44,6 @@ def api_key_for(arm: str, env: Mapping[str, str] | None = None) -> str | None:
 
 def _key_env(arm: str) -> str:
     return f"EVALGATE_{('baseline' if arm == 'aa' else arm).upper()}_API_KEY"
-
-
-def normalize_url(url: str) -> str:
-    """``http://h:p`` without a trailing ``/`` or ``/v1``: scorers add the API paths themselves."""
-    url = url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"{url!r} is not a server URL", fix="give it as http://HOST:PORT (comma-separated)")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
-_LOOPBACK = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback", "::1", "0.0.0.0", "::"}
-
-
-def server_identity(url: str) -> str:
-    """What tells two URLs apart as servers: scheme and host case, the default port, a trailing
-    ``/`` or ``/v1``, credentials, and the loopback's names (localhost, 127.x, ::1) do not."""
-    parts = urlsplit(normalize_url(url))
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower().rstrip(".")
-    if host in _LOOPBACK or re.fullmatch(r"127(\.\d{1,3}){3}", host):
-        host = "loopback"
-    try:
-        port = parts.port or (443 if scheme == "https" else 80)
-    except ValueError:
-        port = -1
-    path = parts.path.rstrip("/")
-    return f"{scheme}://{host}:{port}{path}"
-
-
-def require_two_servers(baseline: Sequence[str], candidate: Sequence[str]) -> None:
-    """Refuse (exit 2) a pair where both arms reach the same server: it agrees with itself, so it
-    would pass whatever the candidate is."""
-    base = {server_identity(u): u for u in baseline}
-    shared = [(base[server_identity(u)], u) for u in candidate if server_identity(u) in base]
-    if shared:
-        b, c = shared[0]
-        raise ConfigError(
-            f"--baseline-url {redact_url(b)} and --candidate-url {redact_url(c)} are the same server, so the "
-            "pair compares that server with itself and would pass whatever the candidate is",
-            fix="point --candidate-url at the candidate's own server; to check the harness against one "
-            "server on purpose (an A/A run), add --same-server-ok",
-        )
 
 
 def require_two_instances(base_info: Mapping[str, Any], cand_info: Mapping[str, Any]) -> None:
@@ -121,7 +79,8 @@ class _Probe:
 
     def get(self, path: str) -> Any:
         try:
-            resp = self.http.get(path)
+            with self.http.stream("GET", path) as resp:
+                body = self._read(resp, path)
         except httpx.ConnectError as exc:
             raise ServerStartError(
                 f"cannot connect to {self.url} ({exc or 'connection refused'})",
@@ -142,13 +101,30 @@ class _Probe:
         if resp.status_code >= 500:
             raise ServerStartError(
                 f"{self.url} failed GET {path} (HTTP {resp.status_code}: "
-                f"{redact(resp.text, secrets=[self._key], limit=BODY_EXCERPT)})",
+                f"{redact(body.decode('utf-8', 'replace'), secrets=[self._key], limit=BODY_EXCERPT)})",
                 fix="wait until it has loaded its model (/health answers 200), else read the server's log",
             )
-        try:
-            return resp.json() if resp.status_code < 400 else None
-        except ValueError:
+        try:  # a redirect (never followed) or a 4xx: not this endpoint
+            return json.loads(body) if resp.status_code < 300 else None
+        except (ValueError, RecursionError):
             return None
+
+    def _read(self, resp: httpx.Response, path: str) -> bytes:
+        """The body up to ``MAX_ANSWER_BYTES`` (the scorers' cap); more is refused, not read."""
+        size = resp.headers.get("content-length", "")
+        body = bytearray()
+        if not (size.isdigit() and int(size) > MAX_ANSWER_BYTES):
+            for chunk in resp.iter_bytes():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    break
+            else:
+                return bytes(body)
+        raise ServerStartError(
+            f"{self.url} answered GET {path} with a body of {size or 'over ' + str(MAX_ANSWER_BYTES)} bytes, "
+            f"past the cap of {MAX_ANSWER_BYTES} bytes on one answer",
+            fix="check the URL: it is not an inference server's API, or something sends endless data",
+        )
 
 
 def fingerprint(
@@ -268,6 +244,16 @@ def require_attached_pair(
             detail="differences:\n"
             + "\n".join(f"  {k}: baseline={x!r} candidate={y!r}" for k, x, y in diffs),
         )
+
+
+def deployment_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, recorded, now) for each setting in which an arm's servers now differ from those a run
+    recorded (``compare --resume``): engine, version, models and settings; URLs, hosts and per-start
+    ids (``replica_keys``) may change, as between replicas."""
+    a, b = _flat(_servers(recorded)[0]), _flat(_servers(now)[0])
+    missing = "<unset>"
+    keys = sorted(k for k in {*a, *b} if a.get(k, missing) != b.get(k, missing))
+    return [(k, a.get(k, missing), b.get(k, missing)) for k in keys]
 
 
 def _require_one_deployment(arm: str, fps: Sequence[Mapping[str, Any]], *, allow: Iterable[str] = ()) -> None:

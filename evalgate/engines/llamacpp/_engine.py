@@ -133,6 +133,11 @@ class LlamaCppEngine(Engine):
             args["-tb"] = str(c.threads_batch)
         if not c.repack:
             args["--no-repack"] = None
+        # the host-memory prompt cache is one pool across slots, and llama.cpp#27148 restores an
+        # unrelated conversation from it into a fresh slot under load: off unless configured
+        args["--cache-ram"] = str(c.cache_ram_mib)
+        if not c.cache_idle_slots:
+            args["--no-cache-idle-slots"] = None
         if c.reasoning_format is not None:  # where the thinking goes: the same on both arms
             args["--reasoning-format"] = c.reasoning_format
         for key, value in variant.args:

@@ -33,6 +33,7 @@ from evalgate.engines._scoring import (
     lm_eval_split,
     parsing,
     server_client,
+    token_ids,
 )
 from evalgate.engines.api import LogLik, Position, Scorer, Split
 
@@ -82,7 +83,7 @@ class LlamaCppScorer(Scorer):
 
     async def _tokenize(self, text: str) -> list[int]:
         data = await self.http.post("/tokenize", {"content": text, "add_special": False})
-        return [int(t) for t in data["tokens"]]
+        return token_ids(data, self.server)
 
     async def detokenize(self, tokens: list[int]) -> str:
         data = await self.http.post("/detokenize", {"tokens": tokens})

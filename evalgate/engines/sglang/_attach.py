@@ -5,7 +5,6 @@ server arg, which the two arms must share beyond quantization."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,10 +13,9 @@ from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.api import AttachDialect, Get
 from evalgate.engines.sglang._scorer import SGLangScorer
 from evalgate.engines.sglang._server_info import read_server_info
+from evalgate.redact import is_secret_key
 
 __all__ = ["DIALECT"]
-
-_SECRET = re.compile(r"api_key|secret|password|(^|_)token$", re.IGNORECASE)
 
 
 def _read(get: Get) -> dict[str, Any] | None:
@@ -30,7 +28,7 @@ def _fingerprint(data: Mapping[str, Any], cards: Sequence[Mapping[str, Any]]) ->
     args = {
         k: v
         for k, v in data.items()
-        if k not in ("internal_states", "launch_command") and not _SECRET.search(k)
+        if k not in ("internal_states", "launch_command") and not is_secret_key(k)
     }
     states = data.get("internal_states") or [{}]
     pools = [st.get("max_total_num_tokens") if isinstance(st, dict) else None for st in states]

@@ -29,6 +29,7 @@ A chat whose last message is the assistant's (the tool_calls suite's prefill) is
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,8 +44,9 @@ from evalgate.engines._scoring import (
     forced_split,
     invalid,
     parsing,
+    token_ids,
 )
-from evalgate.engines.api import LogLik, Position, Split
+from evalgate.engines.api import CacheObservation, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
@@ -77,7 +79,7 @@ class SGLangScorer(BatchScorer):
     # -- tokenizer ---------------------------------------------------------------------------
     async def _tokenize(self, text: str) -> list[int]:
         data = await self.http.post("/tokenize", {"prompt": text, "add_special_tokens": False})
-        return [int(t) for t in data["tokens"]]
+        return token_ids(data, self.server)
 
     async def detokenize(self, tokens: list[int]) -> str:
         data = await self.http.post("/detokenize", {"tokens": tokens})
@@ -142,7 +144,7 @@ class SGLangScorer(BatchScorer):
                 f"SGLang would not render a chat prompt through /tokenize ({exc})",
                 fix="upgrade SGLang to 0.5.12 or newer (its /tokenize accepts messages)",
             ) from exc
-        ids = [int(t) for t in data["tokens"]]
+        ids = token_ids(data, self.server)
         text = await self.http.post("/detokenize", {"tokens": ids, "skip_special_tokens": False})
         return str(text["text"])
 
@@ -179,6 +181,33 @@ class SGLangScorer(BatchScorer):
                         fix="check the API key and that this is an SGLang server",
                     )
         return f"not flushed: HTTP 400 {FLUSH_TRIES} times ({body or 'no reason given'})"
+
+    async def cached_request(
+        self, prompt_ids: Sequence[int], *, salt: str | None, max_tokens: int = 1
+    ) -> CacheObservation:
+        """One timed ``/generate`` of ``prompt_ids`` under ``cache_salt``; SGLang 0.5.23 keys every
+        radix node by ``(extra_key, cache_salt)`` (``RadixKey`` in ``mem_cache/radix_cache.py``),
+        takes the salt on ``GenerateReqInput`` (``managers/io_struct.py``) and reports the prompt
+        tokens read from the cache in ``meta_info.cached_tokens`` (``tokenizer_manager.py``)."""
+        body: dict[str, Any] = {
+            "input_ids": [int(t) for t in prompt_ids],
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0},
+        }
+        if salt is not None:
+            body["cache_salt"] = salt
+        start = time.perf_counter()
+        data = await self.http.post("/generate", body)
+        latency = time.perf_counter() - start
+        with parsing(self.server, "/generate meta_info"):
+            meta = (data[0] if isinstance(data, list) else data).get("meta_info") or {}
+            out = data[0] if isinstance(data, list) else data
+            cached, prompt, text = meta.get("cached_tokens"), meta.get("prompt_tokens"), out.get("text")
+        return CacheObservation(
+            latency,
+            int(cached) if cached is not None else None,
+            int(prompt) if prompt is not None else None,
+            str(text) if text is not None else None,
+        )
 
     async def server_info(self) -> dict[str, Any]:
         """``/server_info`` (``/get_server_info`` before SGLang 0.5.15), secrets masked."""

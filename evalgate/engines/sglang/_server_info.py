@@ -14,6 +14,7 @@ import httpx
 
 from evalgate.engines.api import Get
 from evalgate.engines.sglang._capacity import server_info_capacity, total_tokens
+from evalgate.redact import is_secret_key
 
 __all__ = [
     "SERVER_INFO_PATHS",
@@ -125,7 +126,7 @@ def _masked(value: Any, secrets: Sequence[str]) -> Any:
             value = value.replace(s, "***")
         return value
     if isinstance(value, Mapping):
-        return {k: _masked(v, secrets) for k, v in value.items() if k not in ("api_key", "admin_api_key")}
+        return {k: _masked(v, secrets) for k, v in value.items() if not is_secret_key(k)}
     if isinstance(value, list):
         return [_masked(v, secrets) for v in value]
     return value

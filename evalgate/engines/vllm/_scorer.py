@@ -34,6 +34,7 @@ prefill their context again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -47,8 +48,9 @@ from evalgate.engines._scoring import (
     forced_split,
     invalid,
     parsing,
+    token_ids,
 )
-from evalgate.engines.api import LogLik, Position, Split
+from evalgate.engines.api import CacheObservation, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed, RetryPolicy
 from evalgate.engines.vllm._diagnose import TESTED_VERSION
 from evalgate.errors import PreflightError
@@ -188,7 +190,7 @@ class VLLMScorer(BatchScorer):
         data = await self.http.post(
             "/tokenize", self._with_model({"prompt": text, "add_special_tokens": False})
         )
-        return [int(t) for t in data["tokens"]]
+        return token_ids(data, self.server)
 
     async def detokenize(self, tokens: list[int]) -> str:
         data = await self.http.post("/detokenize", self._with_model({"tokens": tokens}))
@@ -243,6 +245,37 @@ class VLLMScorer(BatchScorer):
         # vLLM trims its stop strings already; completion_result keeps every engine identical
         return completion_result(data, stop, self.server)
 
+    async def cached_request(
+        self, prompt_ids: Sequence[int], *, salt: str | None, max_tokens: int = 1
+    ) -> CacheObservation:
+        """One timed ``/v1/completions`` of ``prompt_ids`` under ``cache_salt``. vLLM 0.33.0 mixes the
+        salt into the first block's hash (``v1/core/kv_cache_utils.py``) and refuses one over 128
+        characters or holding ``@ / \\`` or NUL (``validate_cache_salt`` in
+        ``entrypoints/generate/base/protocol.py``); it reports
+        ``usage.prompt_tokens_details.cached_tokens`` only with ``--enable-prompt-tokens-details``
+        (``PromptTokenUsageInfo``; else None here)."""
+        body: dict[str, Any] = {
+            "prompt": [int(t) for t in prompt_ids],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+        }
+        if salt is not None:
+            body["cache_salt"] = salt
+        start = time.perf_counter()
+        data = await self.http.post("/v1/completions", self._with_model(body))
+        latency = time.perf_counter() - start
+        with parsing(self.server, "/v1/completions usage"):
+            usage = data.get("usage") or {}
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            prompt = usage.get("prompt_tokens")
+            text = ((data.get("choices") or [{}])[0] or {}).get("text")
+        return CacheObservation(
+            latency,
+            int(cached) if cached is not None else None,
+            int(prompt) if prompt is not None else None,
+            str(text) if text is not None else None,
+        )
+
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         messages = payload.get("messages") or []
         if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
@@ -263,4 +296,4 @@ class VLLMScorer(BatchScorer):
                 f"vLLM would not render a chat prompt through /tokenize ({exc})",
                 fix="the model needs a chat template: set chat_template in " + _SETTINGS,
             ) from exc
-        return await self.detokenize([int(t) for t in data["tokens"]])
+        return await self.detokenize(token_ids(data, self.server))

@@ -1,0 +1,302 @@
+"""``evalgate probe cache``: does one tenant's cached prefix show in another tenant's requests?
+
+A shared prefix cache serves a prompt faster when someone else sent its prefix: a timing side
+channel on other people's prompts (vLLM CVE-2025-46570, fixed by a per-request ``cache_salt``).
+Per probe, fresh random token content: the victim sends prefix P under salt A; then, in random
+order, SAME (P + q, salt A: the positive control), CROSS (P + q, salt B) and COLD (a fresh prefix
+of the same length, salt B), one at a time, one output token each, the cache flushed before each
+probe where the server allows it. Two oracles decide (``decide``):
+
+- exact, where the server reports cached tokens: CROSS reads none, SAME at least P minus a page;
+- timing, paired within each probe (``stats.cache_timing_test``): SAME must be faster than COLD
+  (else the probe is blind: ERROR), CROSS faster than COLD is a BLOCK, and a PASS needs the upper
+  bound of CROSS's speed-up below a share of the cache's measured gap (else UNDERPOWERED).
+
+The prefix length is calibrated first: the shortest of ``CALIBRATION_LENGTHS`` at which a hit is
+at least ``MIN_GAP`` times faster than a miss. A server that takes no salt has no isolation to
+test (``Scorer.cached_request`` refuses): NO_ISOLATION, exit 2, with what to do instead.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from evalgate.engines.api import CacheObservation, NoCacheIsolation, Scorer
+from evalgate.errors import InfraError
+from evalgate.stats import DEFAULT_LEAK_SHARE, TimingResult, cache_timing_test
+
+__all__ = [
+    "CALIBRATION_LENGTHS",
+    "CONDITIONS",
+    "EXIT_CODES",
+    "MIN_GAP",
+    "ProbeSettings",
+    "decide",
+    "junit_xml",
+    "no_isolation_report",
+    "run_cache_probe",
+    "summary_line",
+]
+
+CONDITIONS = ("same", "cross", "cold")
+CALIBRATION_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
+MIN_GAP = 1.5
+"""A hit must be this many times faster than a miss for the timing test to see a leak."""
+EXIT_CODES = {"PASS": 0, "BLOCK": 1, "NO_ISOLATION": 2, "ERROR": 3, "UNDERPOWERED": 3}
+"""As compare's: 0 PASS, 1 BLOCK; 2 the server has no salt to test (a setting, not a finding);
+3 no verdict (the probe was blind, or too few probes): rerun, never read as a pass."""
+SCHEMA = 1
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What one probe run does; every field is recorded in probe.json."""
+
+    probes: int = 20
+    share: float = DEFAULT_LEAK_SHARE
+    alpha: float = 0.05
+    salted: bool = True
+    """False (``--no-salt``): every request in the shared namespace, as a server without salts."""
+    prefix_tokens: int | None = None
+    """None: calibrated."""
+    suffix_tokens: int = 8
+    page_tokens: int = 16
+    """SAME may report this many fewer cached tokens than P (a partial page is not cached)."""
+    seed: int = 0
+    max_tokens: int = 1
+
+
+async def run_cache_probe(
+    scorer: Scorer, settings: ProbeSettings, *, progress: Progress | None = None
+) -> dict[str, Any]:
+    """The probe report (probe.json) for the server behind ``scorer``; NO_ISOLATION when it takes
+    no salt. Requests go one at a time."""
+    say = progress or (lambda _: None)
+    rng = np.random.default_rng(settings.seed)
+    start = time.monotonic()
+    pool = await _token_pool(scorer, rng)
+    context = await scorer.context_length()
+    try:
+        if settings.prefix_tokens is not None:
+            length, calibration = settings.prefix_tokens, []
+        else:
+            length, calibration = await _calibrate(scorer, settings, pool, rng, context, say)
+        say(f"prefix: {length} tokens; {settings.probes} probes")
+        rows, flushes = [], []
+        for i in range(settings.probes):
+            flushes.append(await scorer.flush_cache())
+            rows.append(await _probe(scorer, settings, pool, rng, length))
+            say(
+                f"probe {i + 1}/{settings.probes}: "
+                + ", ".join(f"{c} {rows[-1][c]['latency_s']:.3f} s" for c in CONDITIONS)
+            )
+    except NoCacheIsolation as exc:
+        return no_isolation_report(exc, settings)
+    seconds = time.monotonic() - start
+    timing = cache_timing_test(
+        *([r[c]["latency_s"] for r in rows] for c in CONDITIONS),
+        share=settings.share,
+        alpha=settings.alpha,
+        rng=np.random.default_rng(settings.seed + 1),
+    )
+    verdict, reasons, oracle = decide(rows, timing, length=length, page=settings.page_tokens)
+    return {
+        "schema": SCHEMA,
+        "probe": "cache_isolation",
+        "verdict": verdict,
+        "exit_code": EXIT_CODES[verdict],
+        "reasons": reasons,
+        "settings": asdict(settings),
+        "prefix_tokens": length,
+        "context_length": context,
+        "calibration": calibration,
+        "flush": sorted({str(f) for f in flushes}),
+        "conditions": {c: _condition(rows, c) for c in (*CONDITIONS, "victim")},
+        "oracle": oracle,
+        "timing": asdict(timing),
+        "cache_gap": float(np.exp(timing.gap)),
+        "margin": float(np.exp(timing.margin)),
+        "seconds": round(seconds, 1),
+        "probes": rows,
+    }
+
+
+def no_isolation_report(exc: NoCacheIsolation, settings: ProbeSettings) -> dict[str, Any]:
+    """The report for a server that takes no cache salt: nothing to test, and what to do."""
+    return {
+        "schema": SCHEMA,
+        "probe": "cache_isolation",
+        "verdict": "NO_ISOLATION",
+        "exit_code": EXIT_CODES["NO_ISOLATION"],
+        "reasons": [exc.cause, f"fix: {exc.fix}"],
+        "settings": asdict(settings),
+    }
+
+
+def decide(
+    rows: Sequence[dict[str, Any]], timing: TimingResult, *, length: int, page: int
+) -> tuple[str, list[str], dict[str, Any]]:
+    """The verdict from both oracles (module docstring), its reasons, and the exact oracle's counts."""
+    cross = [r["cross"]["cached_tokens"] for r in rows]
+    same = [r["same"]["cached_tokens"] for r in rows]
+    reported = all(c is not None for c in cross + same)
+    leaked = [c for c in cross if c]
+    short = [s for s in same if s is not None and s < length - page]
+    oracle = {
+        "reported": reported,
+        "cross_cached_max": max((c for c in cross if c is not None), default=None),
+        "cross_probes_with_cached_tokens": len(leaked),
+        "same_cached_min": min((s for s in same if s is not None), default=None),
+        "same_probes_below_prefix": len(short),
+    }
+    reasons = []
+    if leaked:
+        reasons.append(
+            f"CROSS read {max(leaked)} cached tokens of another tenant's prefix in {len(leaked)} of {len(rows)} probes"
+        )
+    if timing.status == "block":
+        reasons.append(timing.reason)
+    if reasons:
+        return "BLOCK", reasons, oracle
+    if short:
+        reasons.append(
+            f"the positive control failed: SAME read only {min(short)} cached tokens of a {length}-token prefix "
+            f"in {len(short)} probes (the cache did not keep the victim's prefix)"
+        )
+    if timing.status == "error":
+        reasons.append(timing.reason)
+    if reasons:
+        return "ERROR", reasons, oracle
+    if not reported:
+        reasons.append("the server reports no cached tokens: the timing test alone decides")
+    reasons.append(timing.reason)
+    return ("PASS" if timing.status == "pass" else "UNDERPOWERED"), reasons, oracle
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """One line: the verdict, the probes, the gap and the margin, the time it took."""
+    if report["verdict"] == "NO_ISOLATION":
+        return f"cache isolation: NO_ISOLATION: {report['reasons'][0]}"
+    t = report["timing"]
+    cross = report["oracle"]["cross_cached_max"]
+    return (
+        f"cache isolation: {report['verdict']} in {report['seconds']:.0f} s; {t['n']} probes of "
+        f"{report['prefix_tokens']} tokens; cache gap {report['cache_gap']:.2f}x, CROSS speed-up "
+        f"{np.exp(t['leak']):.3f}x (upper {np.exp(t['leak_upper']):.3f}x, margin {report['margin']:.3f}x); "
+        f"CROSS cached tokens max {cross if cross is not None else 'not reported'}"
+    )
+
+
+def junit_xml(report: dict[str, Any]) -> str:
+    """One JUnit test case, ``cache_isolation``: a failure for BLOCK, an error for anything but
+    PASS, each with the reasons; CI shows it beside compare's junit.xml."""
+    suite = ET.Element("testsuite", name="evalgate probe", tests="1")
+    case = ET.SubElement(suite, "testcase", classname="evalgate.probe", name="cache_isolation")
+    case.set("time", str(report.get("seconds", 0)))
+    verdict, text = report["verdict"], "\n".join(report["reasons"])
+    if verdict != "PASS":
+        kind = "failure" if verdict == "BLOCK" else "error"
+        ET.SubElement(case, kind, message=f"{verdict}: {report['reasons'][0]}").text = text
+        suite.set("failures" if kind == "failure" else "errors", "1")
+    ET.SubElement(case, "system-out").text = summary_line(report)
+    return ET.tostring(suite, encoding="unicode") + "\n"
+
+
+# -- the requests ------------------------------------------------------------------------------
+
+
+async def _token_pool(scorer: Scorer, rng: np.random.Generator) -> list[int]:
+    """Token ids of a random hex text, tokenized by the server: ids it really has, drawn from at
+    random for each probe's content (fresh content per probe, no shared prefix by chance)."""
+    words = [f"{int(x):05x}" for x in rng.integers(0, 16**5, size=1500)]
+    pool = sorted(set(await scorer.tokenize(" ".join(words))))
+    if len(pool) < 64:
+        raise InfraError(
+            f"the server's tokenizer gave only {len(pool)} distinct ids for random text",
+            fix="probe a server with a real tokenizer",
+        )
+    return pool
+
+
+def _draw(
+    pool: Sequence[int], rng: np.random.Generator, n: int, *, avoid_first: int | None = None
+) -> list[int]:
+    ids = [int(pool[i]) for i in rng.integers(0, len(pool), size=n)]
+    while avoid_first is not None and ids and ids[0] == avoid_first:
+        ids[0] = int(pool[int(rng.integers(0, len(pool)))])
+    return ids
+
+
+def _salt(settings: ProbeSettings) -> str | None:
+    """32 hex characters: within vLLM's salt format (at most 128 characters, no ``/ @ \\`` or NUL)."""
+    return secrets.token_hex(16) if settings.salted else None
+
+
+def _obs(o: CacheObservation) -> dict[str, Any]:
+    return {"latency_s": o.latency_s, "cached_tokens": o.cached_tokens, "prompt_tokens": o.prompt_tokens}
+
+
+async def _probe(
+    scorer: Scorer, settings: ProbeSettings, pool: Sequence[int], rng: np.random.Generator, length: int
+) -> dict[str, Any]:
+    """One probe: the victim, then SAME, CROSS and COLD in random order."""
+    prefix = _draw(pool, rng, length)
+    tail = _draw(pool, rng, settings.suffix_tokens)
+    cold = _draw(pool, rng, length + settings.suffix_tokens, avoid_first=prefix[0])
+    a, b = _salt(settings), _salt(settings)
+    send = {"same": (prefix + tail, a), "cross": (prefix + tail, b), "cold": (cold, b)}
+    row: dict[str, Any] = {}
+    row["victim"] = _obs(await scorer.cached_request(prefix, salt=a, max_tokens=settings.max_tokens))
+    order = [CONDITIONS[i] for i in rng.permutation(len(CONDITIONS))]
+    for name in order:
+        ids, salt = send[name]
+        row[name] = _obs(await scorer.cached_request(ids, salt=salt, max_tokens=settings.max_tokens))
+    row["order"] = order
+    return row
+
+
+async def _calibrate(
+    scorer: Scorer,
+    settings: ProbeSettings,
+    pool: Sequence[int],
+    rng: np.random.Generator,
+    context: int | None,
+    say: Progress,
+) -> tuple[int, list[dict[str, Any]]]:
+    """The shortest prefix at which SAME is at least ``MIN_GAP`` times faster than COLD in each
+    of two probes; the longest that fits when none is."""
+    room = (context or CALIBRATION_LENGTHS[-1] + 64) - settings.suffix_tokens - settings.max_tokens - 8
+    lengths = [n for n in CALIBRATION_LENGTHS if n <= room] or [max(16, room)]
+    table = []
+    for n in lengths:
+        ratios = []
+        for _ in range(2):
+            await scorer.flush_cache()
+            row = await _probe(scorer, settings, pool, rng, n)
+            ratios.append(row["cold"]["latency_s"] / row["same"]["latency_s"])
+        table.append({"prefix_tokens": n, "cold_over_same": ratios})
+        say(f"calibration: {n} tokens, COLD/SAME {', '.join(f'{r:.2f}' for r in ratios)}")
+        if min(ratios) >= MIN_GAP:
+            return n, table
+    return lengths[-1], table
+
+
+def _condition(rows: Sequence[dict[str, Any]], name: str) -> dict[str, Any]:
+    """Median latency and the cached tokens of one condition over the probes."""
+    lat = [r[name]["latency_s"] for r in rows]
+    cached = [r[name]["cached_tokens"] for r in rows if r[name]["cached_tokens"] is not None]
+    return {
+        "median_latency_s": statistics.median(lat),
+        "cached_tokens_min": min(cached) if cached else None,
+        "cached_tokens_max": max(cached) if cached else None,
+    }
