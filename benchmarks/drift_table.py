@@ -7,7 +7,7 @@ Each RUN is a run folder with a ``drift`` suite (e.g. ``evalgate compare --basel
 one-sided bounds, the perplexity ratio, top-1 agreement, the per-token KL quantiles, the verdict
 and the wall time of the drift suite on each arm (from the manifest). The CSV holds one line per
 document and run (KL sum, positions, top-1 agreements, both log-likelihoods), which
-``benchmarks/sim_drift.py --documents`` resamples to run the whole gate on measured drift.
+``benchmarks/sim_drift.py --section gate`` calibrates its whole-gate simulation to.
 """
 
 from __future__ import annotations
