@@ -7,6 +7,7 @@ read-only in spirit: tests never download, they skip the end-to-end tier if it i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from evalgate.engines import registered_engine
 from evalgate.engines.fake import FakeEngine
+from evalgate.store.records import Record
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = (REPO / ".." / "shared" / "data").resolve()
@@ -25,6 +27,24 @@ def data_dir() -> Path:
     if not (DATA_DIR / "arc").exists():
         pytest.skip(f"benchmark data not found at {DATA_DIR}")
     return DATA_DIR
+
+
+def _strict(constant: str) -> float:
+    raise AssertionError(f"a record was written with a bare {constant} (records are strict JSON, #31)")
+
+
+@pytest.fixture(autouse=True)
+def _records_are_strict_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record any test makes evalgate write is strict JSON: no bare NaN or Infinity, which
+    jq, JavaScript and most data tools reject (a non-finite value is null with its reason)."""
+    to_json = Record.to_json
+
+    def checked(self: Record) -> str:
+        line = to_json(self)
+        json.loads(line, parse_constant=_strict)
+        return line
+
+    monkeypatch.setattr(Record, "to_json", checked)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,6 +132,13 @@ class Scorer(Protocol):
             "every request, so one tenant's prompts warm the cache for all",
             fix="give each tenant its own server, or turn prompt caching off; the probe tests SGLang and vLLM salts",
         )
+
+    async def cold_request(self, prompt_ids: Sequence[int], *, max_tokens: int = 1) -> CacheObservation:
+        """``prompt_ids`` answered greedily with nothing read from the prefix cache: the cold
+        condition of ``evalgate probe warm-cold``. The default sends it under a salt of its own, a
+        namespace nothing else has written (refused where the server takes no salt); an engine with
+        a per-request cache switch (llama-server's ``cache_prompt``) overrides it."""
+        return await self.cached_request(prompt_ids, salt=secrets.token_hex(16), max_tokens=max_tokens)
 
     async def server_info(self) -> dict[str, Any]:
         """The server's own account of its settings, secrets masked; {} when it gives none."""

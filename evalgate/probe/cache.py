@@ -22,7 +22,6 @@ from __future__ import annotations
 import secrets
 import statistics
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,7 +39,6 @@ __all__ = [
     "MIN_GAP",
     "ProbeSettings",
     "decide",
-    "junit_xml",
     "no_isolation_report",
     "run_cache_probe",
     "summary_line",
@@ -195,21 +193,6 @@ def summary_line(report: dict[str, Any]) -> str:
         f"{np.exp(t['leak']):.3f}x (upper {np.exp(t['leak_upper']):.3f}x, margin {report['margin']:.3f}x); "
         f"CROSS cached tokens max {cross if cross is not None else 'not reported'}"
     )
-
-
-def junit_xml(report: dict[str, Any]) -> str:
-    """One JUnit test case, ``cache_isolation``: a failure for BLOCK, an error for anything but
-    PASS, each with the reasons; CI shows it beside compare's junit.xml."""
-    suite = ET.Element("testsuite", name="evalgate probe", tests="1")
-    case = ET.SubElement(suite, "testcase", classname="evalgate.probe", name="cache_isolation")
-    case.set("time", str(report.get("seconds", 0)))
-    verdict, text = report["verdict"], "\n".join(report["reasons"])
-    if verdict != "PASS":
-        kind = "failure" if verdict == "BLOCK" else "error"
-        ET.SubElement(case, kind, message=f"{verdict}: {report['reasons'][0]}").text = text
-        suite.set("failures" if kind == "failure" else "errors", "1")
-    ET.SubElement(case, "system-out").text = summary_line(report)
-    return ET.tostring(suite, encoding="unicode") + "\n"
 
 
 # -- the requests ------------------------------------------------------------------------------

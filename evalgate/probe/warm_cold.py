@@ -1,39 +1,85 @@
-"""Answers must not depend on the prefix cache: warm against cold on one server.
+"""``evalgate probe warm-cold``: answers must not depend on the prefix cache.
 
 A warm hit reads a prefix that is stored (in FP8, with an FP8 KV cache), a cold request
 recomputes it; the two may differ, and a gate that only ever ran cold would not see it. This is a
-paired run on ONE server (the same-server refusal of ``compare`` does not apply: the cache state
-is the only difference): every prompt is answered greedily under one shared salt after the same
-prompts have warmed it (few-shot prefixes reused), and under a fresh salt of its own (cold). The
-flips (answers that differ) are tested against a flip budget, the A/A budget of the gate
-(``stats.flip_budget_test``); a deterministic server is expected to flip none.
+paired run on ONE server (``compare``'s same-server refusal stays: here the cache state is the
+only difference, and this is the only comparison that runs on one server). Every prompt is
+answered greedily twice:
+
+- cold (``Scorer.cold_request``): under a salt of its own, a namespace nothing else has written
+  (SGLang, vLLM), or with the server's per-request cache switch off (llama-server's
+  ``cache_prompt: false``); first, on a flushed cache;
+- warm (``Scorer.cached_request``): under one shared salt (the unsalted namespace where the server
+  takes no salt), each prompt sent twice in a row, so the second answer reads the whole prompt
+  (all but its last token or page) from the cache, shared few-shot prefixes included.
+
+The flips (answers that differ) are tested against a flip budget with the gate's exact binomial
+test (``stats.flip_budget_test``); ``--deterministic`` sets the budget to 0, so one flip BLOCKs.
+Two controls keep it honest: a cold request that read cached tokens was not cold, and warm
+requests that read none were not warm; either is an ERROR, never a PASS.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from dataclasses import dataclass
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
-from evalgate.engines.api import Scorer
+from evalgate.engines.api import CacheObservation, NoCacheIsolation, Scorer
 from evalgate.stats import DEFAULT_FLIP_BUDGET, flip_budget_test
 
-__all__ = ["WarmColdResult", "run_warm_cold"]
+__all__ = [
+    "DEFAULT_SUITES",
+    "EXIT_CODES",
+    "WarmColdResult",
+    "WarmColdSettings",
+    "no_isolation_report",
+    "run_warm_cold",
+    "summary_line",
+    "warm_cold_report",
+]
+
+DEFAULT_SUITES = ("arc_easy", "gsm8k")
+EXIT_CODES = {"PASS": 0, "BLOCK": 1, "NO_ISOLATION": 2, "ERROR": 3}
+"""As ``probe cache``'s: 0 PASS, 1 BLOCK, 2 the server can send no cold request, 3 no verdict."""
+SCHEMA = 1
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class WarmColdSettings:
+    """What one warm/cold run does; every field is recorded in probe.json."""
+
+    suites: tuple[str, ...] = DEFAULT_SUITES
+    limit: int = 10
+    """Items per suite."""
+    max_tokens: int = 16
+    budget: float = DEFAULT_FLIP_BUDGET
+    alpha: float = 0.05
+    deterministic: bool = False
+    """The server is deterministic: the budget is 0, any flip BLOCKs."""
+    seed: int = 0
 
 
 @dataclass(frozen=True)
 class WarmColdResult:
-    """Each prompt's warm and cold answer, the warm requests' cached tokens, and the flip test."""
+    """Each prompt's warm and cold answer and cached tokens, the flip test and its status."""
 
-    warm: tuple[str, ...]
-    cold: tuple[str, ...]
-    warm_cached: tuple[int | None, ...]
+    warm: tuple[CacheObservation, ...]
+    cold: tuple[CacheObservation, ...]
     flips: tuple[int, ...]
     budget: float
     pvalue: float
     status: str
-    """pass (within the budget), block (more flips than the budget allows), or error (no warm
-    request read the cache: nothing was compared)."""
+    """PASS (within the budget), BLOCK (more flips than it allows), or ERROR (a control failed)."""
+    reasons: tuple[str, ...]
+    salted: bool
+    """Warm requests went under one shared salt (False: the server's unsalted namespace)."""
+    seconds: float = 0.0
 
 
 async def run_warm_cold(
@@ -43,29 +89,153 @@ async def run_warm_cold(
     max_tokens: int = 16,
     budget: float = DEFAULT_FLIP_BUDGET,
     alpha: float = 0.05,
+    progress: Progress | None = None,
 ) -> WarmColdResult:
-    """The paired warm/cold answers of ``prompts`` (token ids) on the server behind ``scorer``."""
+    """The paired warm/cold answers of ``prompts`` (token ids), one request at a time. Raises
+    ``NoCacheIsolation`` when the server can send no cold request."""
+    say = progress or (lambda _: None)
+    start = time.monotonic()
     await scorer.flush_cache()
-    shared = secrets.token_hex(16)
-    cold = [
-        await scorer.cached_request(p, salt=secrets.token_hex(16), max_tokens=max_tokens) for p in prompts
-    ]
-    for p in prompts:  # warm the shared namespace with the same prompts
-        await scorer.cached_request(p, salt=shared, max_tokens=max_tokens)
-    warm = [await scorer.cached_request(p, salt=shared, max_tokens=max_tokens) for p in prompts]
+    cold = [await scorer.cold_request(p, max_tokens=max_tokens) for p in prompts]
+    say(f"cold: {len(cold)} requests")
+    shared: str | None = secrets.token_hex(16)
+    try:  # the first prompt warms the shared namespace
+        await scorer.cached_request(prompts[0], salt=shared, max_tokens=max_tokens)
+    except NoCacheIsolation:  # no salts (llama-server): its one namespace is the warm one
+        shared = None
+        await scorer.cached_request(prompts[0], salt=None, max_tokens=max_tokens)
+    warm = []
+    for i, p in enumerate(prompts):
+        # each prompt warms the cache right before its warm answer: a cache smaller than the set
+        # (llama-server's LRU slots) would have evicted it if the whole set went first
+        if i:
+            await scorer.cached_request(p, salt=shared, max_tokens=max_tokens)
+        warm.append(await scorer.cached_request(p, salt=shared, max_tokens=max_tokens))
+    say(f"warm: {len(warm)} requests")
     flips = tuple(i for i, (w, c) in enumerate(zip(warm, cold, strict=True)) if w.text != c.text)
     test = flip_budget_test(len(flips), len(prompts), budget=budget)
-    cached = tuple(w.cached_tokens for w in warm)
-    if not any(cached):
-        status = "error"
-    else:
-        status = "block" if test.pvalue < alpha else "pass"
+    status, reasons = _decide(warm, cold, flips, test.pvalue, budget=budget, alpha=alpha)
     return WarmColdResult(
-        tuple(w.text or "" for w in warm),
-        tuple(c.text or "" for c in cold),
-        cached,
+        tuple(warm),
+        tuple(cold),
         flips,
         budget,
         test.pvalue,
         status,
+        tuple(reasons),
+        shared is not None,
+        time.monotonic() - start,
     )
+
+
+def _decide(
+    warm: Sequence[CacheObservation],
+    cold: Sequence[CacheObservation],
+    flips: Sequence[int],
+    pvalue: float,
+    *,
+    budget: float,
+    alpha: float,
+) -> tuple[str, list[str]]:
+    """The controls first (a cold request that read the cache, warm requests that read none), then
+    the flip test."""
+    n = len(warm)
+    flipped = f"{len(flips)} of {n} answers differ warm against cold (budget {budget:g}, p = {pvalue:.3g})"
+    cold_read = [c.cached_tokens for c in cold if c.cached_tokens]
+    warm_cached = [w.cached_tokens for w in warm if w.cached_tokens is not None]
+    if cold_read:
+        return "ERROR", [
+            f"{len(cold_read)} cold requests read up to {max(cold_read)} cached tokens: they were not "
+            "cold (the server shares its cache across salts?); run `evalgate probe cache`",
+            flipped,
+        ]
+    if warm_cached and not any(warm_cached):
+        return "ERROR", [
+            "no warm request read a cached token: the prefix cache is off or was evicted, so nothing "
+            "was compared; turn prefix caching on for this server",
+            flipped,
+        ]
+    reasons = [flipped]
+    if not warm_cached:
+        reasons.append(
+            "the server reports no cached tokens: that the warm requests read the cache is not checked"
+        )
+    return ("BLOCK" if flips and pvalue < alpha else "PASS"), reasons
+
+
+def warm_cold_report(
+    result: WarmColdResult, settings: WarmColdSettings, item_ids: Sequence[str]
+) -> dict[str, Any]:
+    """probe.json for one warm/cold run."""
+    verdict = result.status
+    items = [
+        {
+            "item": item,
+            "prompt_tokens": w.prompt_tokens,
+            "warm_cached_tokens": w.cached_tokens,
+            "cold_cached_tokens": c.cached_tokens,
+            "warm_latency_s": w.latency_s,
+            "cold_latency_s": c.latency_s,
+            "flip": i in result.flips,
+            "warm": w.text,
+            "cold": c.text,
+        }
+        for i, (item, w, c) in enumerate(zip(item_ids, result.warm, result.cold, strict=True))
+    ]
+    return {
+        "schema": SCHEMA,
+        "probe": "warm_cold",
+        "verdict": verdict,
+        "exit_code": EXIT_CODES[verdict],
+        "reasons": list(result.reasons),
+        "settings": {**asdict(settings), "suites": list(settings.suites)},
+        "n": len(items),
+        "flips": len(result.flips),
+        "budget": result.budget,
+        "pvalue": result.pvalue,
+        "warm_namespace": "one shared salt" if result.salted else "the server's unsalted namespace",
+        "conditions": {"warm": _condition(result.warm), "cold": _condition(result.cold)},
+        "seconds": round(result.seconds, 1),
+        "items": items,
+    }
+
+
+def no_isolation_report(exc: NoCacheIsolation, settings: WarmColdSettings) -> dict[str, Any]:
+    """The report for a server that can send no cold request."""
+    return {
+        "schema": SCHEMA,
+        "probe": "warm_cold",
+        "verdict": "NO_ISOLATION",
+        "exit_code": EXIT_CODES["NO_ISOLATION"],
+        "reasons": [exc.cause, f"fix: {exc.fix}"],
+        "settings": {**asdict(settings), "suites": list(settings.suites)},
+    }
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """One line: the verdict, the flips against the budget, the cached tokens, the time."""
+    if report["verdict"] == "NO_ISOLATION":
+        return f"warm/cold answers: NO_ISOLATION: {report['reasons'][0]}"
+    warm, cold = report["conditions"]["warm"], report["conditions"]["cold"]
+    return (
+        f"warm/cold answers: {report['verdict']} in {report['seconds']:.0f} s; {report['flips']} flips of "
+        f"{report['n']} (budget {report['budget']:g}, p = {report['pvalue']:.3g}); warm requests read "
+        f"{_span(warm)} cached tokens, cold {_span(cold)}; median latency warm "
+        f"{warm['median_latency_s']:.3f} s, cold {cold['median_latency_s']:.3f} s"
+    )
+
+
+def _span(cond: dict[str, Any]) -> str:
+    lo, hi = cond["cached_tokens_min"], cond["cached_tokens_max"]
+    if lo is None:
+        return "(not reported)"
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _condition(obs: Sequence[CacheObservation]) -> dict[str, Any]:
+    cached = [o.cached_tokens for o in obs if o.cached_tokens is not None]
+    return {
+        "median_latency_s": statistics.median(o.latency_s for o in obs),
+        "cached_tokens_min": min(cached) if cached else None,
+        "cached_tokens_max": max(cached) if cached else None,
+    }

@@ -122,7 +122,7 @@ def fake_server(scorer: Scorer) -> Any:
     from evalgate.engines import ServerHandle
 
     @contextlib.contextmanager
-    def server(args: Any, out: Path) -> Any:
+    def server(args: Any, out: Path, **_: Any) -> Any:
         yield ServerHandle("probe", "http://127.0.0.1:1", "", [], out / "log"), scorer
 
     return server

@@ -17,6 +17,7 @@ give the forced token logprob 0 and nothing else (tests/e2e/test_e2e_distributio
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from evalgate.engines._scoring import (
     server_client,
     token_ids,
 )
-from evalgate.engines.api import LogLik, Position, Scorer, Split
+from evalgate.engines.api import CacheObservation, LogLik, Position, Scorer, Split
 
 __all__ = [
     "UPGRADE_ATTACHED",
@@ -163,6 +164,45 @@ class LlamaCppScorer(Scorer):
         data = await self.http.post("/v1/completions", payload)
         # llama-server caps stop strings only by count; lm-eval's until list can be longer.
         return {**completion_result(data, stop, self.server), "truncated_tokens": truncated}
+
+    async def cached_request(
+        self, prompt_ids: Sequence[int], *, salt: str | None, max_tokens: int = 1
+    ) -> CacheObservation:
+        """In the one shared namespace (``salt`` None) with prompt caching on; a salt is refused:
+        llama-server has no per-request cache key (``Scorer.cached_request``'s default)."""
+        if salt is not None:
+            return await super().cached_request(prompt_ids, salt=salt, max_tokens=max_tokens)
+        return await self._timed(prompt_ids, max_tokens=max_tokens, cache_prompt=True)
+
+    async def cold_request(self, prompt_ids: Sequence[int], *, max_tokens: int = 1) -> CacheObservation:
+        """``cache_prompt: false`` for this request: llama-server processes the whole prompt again
+        (tools/server/README.md: "Re-use KV cache from a previous request if possible"; with it off
+        the installed build reports ``cached_tokens: 0`` and ``timings.prompt_n`` = every token)."""
+        return await self._timed(prompt_ids, max_tokens=max_tokens, cache_prompt=False)
+
+    async def _timed(
+        self, prompt_ids: Sequence[int], *, max_tokens: int, cache_prompt: bool
+    ) -> CacheObservation:
+        body = {
+            "prompt": [int(t) for t in prompt_ids],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "cache_prompt": cache_prompt,
+        }
+        start = time.perf_counter()
+        data = await self.http.post("/v1/completions", body)
+        latency = time.perf_counter() - start
+        with parsing(self.server, "/v1/completions usage"):
+            usage = data.get("usage") or {}
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            prompt = usage.get("prompt_tokens")
+            text = ((data.get("choices") or [{}])[0] or {}).get("text")
+        return CacheObservation(
+            latency,
+            int(cached) if cached is not None else None,
+            int(prompt) if prompt is not None else None,
+            str(text) if text is not None else None,
+        )
 
     async def context_length(self) -> int:
         """Tokens of context per slot (``/props``), read once; 0 when the server does not say."""
