@@ -317,3 +317,29 @@ def test_cache_probe_isolates_salted_tenants_and_blocks_without_salts(
     shared = asyncio.run(probe(False))
     print(summary_line(shared))
     assert shared["verdict"] == "BLOCK" and shared["oracle"]["cross_probes_with_cached_tokens"] == 12
+
+
+def test_warm_and_cold_answers_agree_on_real_sglang(
+    servers: tuple[SGLangCPUEngine, ServerHandle, ServerHandle],
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#33: the same items answered cold (a salt each) and warm (one shared salt, read from the
+    radix cache) on one real server: the warm requests do read the cache, the cold ones do not,
+    and the answers are the same, or the probe says which flipped and why it blocks."""
+    _, one, _ = servers
+    monkeypatch.setenv("EVALGATE_API_KEY", one.api_key)
+    out = tmp_path / "warm-cold"
+    code = main(["probe", "warm-cold", "--url", one.base_url, "--limit", "4", "--data-dir", str(data_dir),
+                 "--out", str(out)])  # fmt: skip
+    report = json.loads((out / "probe.json").read_text())
+    print(
+        report["verdict"], f"{report['flips']}/{report['n']} flips", report["conditions"], report["reasons"]
+    )
+    assert code in (0, 1), report
+    warm, cold = report["conditions"]["warm"], report["conditions"]["cold"]
+    assert warm["cached_tokens_min"] > 0 and cold["cached_tokens_max"] == 0, report
+    assert report["n"] == 8 and (code == 0) == (report["verdict"] == "PASS")
+    if code == 1:  # a flip is named, never a silent difference
+        assert report["flips"] and any(i["flip"] for i in report["items"]) and report["reasons"], report

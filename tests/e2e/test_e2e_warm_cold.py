@@ -1,7 +1,8 @@
 """``evalgate probe warm-cold`` on the real llama-server (SmolLM2 F16): llama-server takes no salt,
 so its cold condition is ``cache_prompt: false`` per request (0 cached tokens) and its warm one
 the shared namespace, each prompt read back from its slot but for one token; with
-``--deterministic`` (one slot) the greedy answers are the same warm and cold."""
+``--deterministic`` (one slot) these six greedy answers are the same warm and cold. (At the
+default 20, gsm8k test-675 flips, reproducibly: docs/probe.md.)"""
 
 from __future__ import annotations
 
