@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(redact(exc.render(), secrets=env_secrets()), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted: completed items are kept; continue with --resume RUN_DIR", file=sys.stderr)
+        print(_interrupted(getattr(args, "command", None)), file=sys.stderr)
         return 3
     except Exception as exc:  # a bug or an unforeseen input: exit 3, never 1 (BLOCK)
         print(_unexpected(exc, getattr(args, "run_dir", None)), file=sys.stderr)
@@ -78,6 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+
+
+def _interrupted(command: str | None) -> str:
+    """What an interrupted command kept: only a comparison has records to resume from."""
+    if command == "compare":
+        return "interrupted: completed items are kept; continue with --resume RUN_DIR"
+    return f"interrupted: evalgate {command or ''} stopped before it finished; run it again".replace(
+        "  ", " "
+    )
 
 
 def _unexpected(exc: Exception, run_dir: Path | None) -> str:

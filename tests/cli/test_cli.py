@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,23 @@ def test_suites_list_counts_a_local_copy(data_dir: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert "1319" in out  # GSM8K's test split
     assert "--data-dir counts" not in out
+
+
+@pytest.mark.parametrize(("command", "resume"), [("compare", True), ("probe", False), ("report", False)])
+def test_an_interrupt_names_a_resume_only_for_a_comparison(
+    command: str, resume: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during `probe` or `report` must not tell the user to --resume a run that has none."""
+    import evalgate.cli as cli
+
+    def interrupted(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(
+        parser, "parse_args", lambda argv=None: argparse.Namespace(command=command, func=interrupted)
+    )
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    assert cli.main([command]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("interrupted") and ("--resume" in err) == resume
