@@ -253,6 +253,14 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
 
 def _refuse_modes(req: CompareRequest, suites: list[Suite]) -> None:
     """The combinations of --repeats, --sequential, --aa, sampling and the policy that a run refuses."""
+    picked = [
+        f for f, v in (("--baseline-run", req.baseline_run), ("--candidate-run", req.candidate_run)) if v
+    ]
+    if picked:  # they pick a run from an lm-eval folder; a run with servers has none to pick
+        raise ConfigError(
+            f"{' and '.join(picked)} pick(s) one lm-eval run from a folder of several, and this run gates servers",
+            fix=f"drop {' and '.join(picked)}, or gate lm-eval runs with --baseline-samples/--candidate-samples",
+        )
     if req.repeats > 1:
         fixed = [s.name for s in suites if not s.samples]
         if fixed:

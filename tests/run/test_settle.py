@@ -104,6 +104,11 @@ CASES: dict[str, tuple[Callable[[], FakeEngine], list[str], str]] = {
         [*FAKE, "--suites", "gsm8k", "--suite-opt", "tool_calls.prefill=false"],
         "suite options for tool_calls",
     ),
+    "an lm-eval run picked for a run with servers": (
+        FakeEngine,
+        [*FAKE, "--suites", "gsm8k", "--baseline-run", "2026-12-01T10-00-00"],
+        "--baseline-run pick(s) one lm-eval run",
+    ),
     "an engine by a wrong name": (
         FakeEngine,
         ["--engine", "fak", "--suites", "gsm8k"],
