@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines._tokens import TokenCache
-from evalgate.engines.api import LogLik, Position, Scorer, Split
+from evalgate.engines.api import CacheObservation, LogLik, Position, Scorer, Split
 from evalgate.engines.client import HttpClient, RetryPolicy
 from evalgate.errors import InvalidResponse, PreflightError
 
@@ -31,6 +31,7 @@ __all__ = [
     "check_chat",
     "check_logprob",
     "check_positions",
+    "completion_observation",
     "completion_result",
     "first_choice",
     "forced_split",
@@ -339,3 +340,20 @@ def completion_result(data: Any, stop: Sequence[str], server: str = "inference")
         "completion_tokens": _count(usage.get("completion_tokens", 0)),
         "finish_reason": finish if isinstance(finish, str) else None,
     }
+
+
+def completion_observation(data: Any, latency: float, server: str) -> CacheObservation:
+    """A ``/v1/completions`` answer as the cache probes read it: the latency, the cached and prompt
+    tokens of OpenAI's ``usage`` (``prompt_tokens_details.cached_tokens``; None when the server
+    reports none) and the text, shared by the engines that speak that dialect."""
+    with parsing(server, "/v1/completions usage"):
+        usage = data.get("usage") or {}
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        prompt = usage.get("prompt_tokens")
+        text = ((data.get("choices") or [{}])[0] or {}).get("text")
+        return CacheObservation(
+            latency,
+            int(cached) if cached is not None else None,
+            int(prompt) if prompt is not None else None,
+            str(text) if text is not None else None,
+        )

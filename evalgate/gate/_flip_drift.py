@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
 from evalgate import stats
+from evalgate.gate.agreement import _choice_logliks
 from evalgate.store.records import Pair
 
 __all__ = ["FlipDrift", "flip_drift"]
@@ -42,7 +42,7 @@ def flip_drift(suite: str, metric: str, pairs: Sequence[Pair]) -> FlipDrift | No
     flipped: list[float] = []
     unflipped: list[float] = []
     for p in pairs:
-        lb, lc = _choices(p.baseline.response), _choices(p.candidate.response)
+        lb, lc = _choice_logliks(p.baseline.response), _choice_logliks(p.candidate.response)
         mb, mc = p.baseline.metrics.get(metric), p.candidate.metrics.get(metric)
         if lb is None or lc is None or len(lb) != len(lc) or mb is None or mc is None:
             continue
@@ -56,15 +56,6 @@ def flip_drift(suite: str, metric: str, pairs: Sequence[Pair]) -> FlipDrift | No
         wins = sum((f > u) + 0.5 * (f == u) for f in flipped for u in unflipped)
         auc = wins / (len(flipped) * len(unflipped))
     return FlipDrift(suite, len(flipped), len(unflipped), _mean(flipped), _mean(unflipped), auc)
-
-
-def _choices(response: Any) -> list[float] | None:
-    if isinstance(response, list) and response and all(isinstance(x, list) and len(x) == 2 for x in response):
-        try:
-            return [float(x[0]) for x in response]
-        except (TypeError, ValueError):
-            return None
-    return None
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -44,6 +44,7 @@ from evalgate.engines._scoring import (
     check_chat,
     check_logprob,
     check_positions,
+    completion_observation,
     completion_result,
     forced_split,
     invalid,
@@ -263,18 +264,7 @@ class VLLMScorer(BatchScorer):
             body["cache_salt"] = salt
         start = time.perf_counter()
         data = await self.http.post("/v1/completions", self._with_model(body))
-        latency = time.perf_counter() - start
-        with parsing(self.server, "/v1/completions usage"):
-            usage = data.get("usage") or {}
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-            prompt = usage.get("prompt_tokens")
-            text = ((data.get("choices") or [{}])[0] or {}).get("text")
-        return CacheObservation(
-            latency,
-            int(cached) if cached is not None else None,
-            int(prompt) if prompt is not None else None,
-            str(text) if text is not None else None,
-        )
+        return completion_observation(data, time.perf_counter() - start, self.server)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         messages = payload.get("messages") or []
