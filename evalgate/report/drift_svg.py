@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from markupsafe import Markup, escape
 
 from evalgate.gate.drift import SuiteDrift
+from evalgate.report._plot import series
 
 __all__ = ["drift_chart", "nice_top"]
 
@@ -118,18 +119,16 @@ def _series(
     px: Callable[[float], float],
     py: Callable[[float], float],
 ) -> list[str]:
-    points, marks = [], []
     width = starts[1] - starts[0] if len(starts) > 1 else 1
-    for s, v in zip(starts, values, strict=True):
-        x, y = px(s), py(v)
-        points.append(f"{x:.1f},{y:.1f}")
-        marks.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(name)}, positions '
-            f"{s}-{s + width - 1}: mean KL {_kl(v)} nats/token</title></circle>"
-        )
-    style = f' stroke-dasharray="{dash}"' if dash else ""
-    line = [f'<polyline points="{" ".join(points)}" fill="none" stroke="{color}" stroke-width="2"{style} />']
-    return (line if len(points) > 1 else []) + marks
+    return series(
+        [
+            (px(s), py(v), f"{escape(name)}, positions {s}-{s + width - 1}: mean KL {_kl(v)} nats/token")
+            for s, v in zip(starts, values, strict=True)
+        ],
+        color=color,
+        dash=dash,
+        radius=3.5,
+    )
 
 
 def _legend(entries: Sequence[tuple[str, str, str]]) -> list[str]:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from markupsafe import Markup, escape
 
 from evalgate.gate import LengthRow, SuiteLengths
+from evalgate.report._plot import series
 
 __all__ = ["length_label", "lengths_chart"]
 
@@ -117,18 +118,12 @@ def _series(
     px: Callable[[float], float],
     py: Callable[[float], float],
 ) -> list[str]:
-    points, marks = [], []
+    out = []
     for r, v in zip(rows, logs, strict=True):
         value = r.baseline if arm == "baseline" else r.candidate
-        x, y = px(v), py(value)
-        points.append(f"{x:.1f},{y:.1f}")
-        marks.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}"><title>{escape(name)} at '
-            f"{length_label(r.context_length)} tokens: {value:.1%} of {r.n}</title></circle>"
-        )
-    style = f' stroke-dasharray="{dash}"' if dash else ""
-    line = [f'<polyline points="{" ".join(points)}" fill="none" stroke="{color}" stroke-width="2"{style} />']
-    return (line if len(points) > 1 else []) + marks
+        title = f"{escape(name)} at {length_label(r.context_length)} tokens: {value:.1%} of {r.n}"
+        out.append((px(v), py(value), title))
+    return series(out, color=color, dash=dash, radius=4)
 
 
 def _legend(arms: Sequence[str]) -> list[str]:
