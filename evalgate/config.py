@@ -107,6 +107,13 @@ class LlamaCppConfig(BaseModel):
         "by every slot (0: off, -1: no limit). Off by default: llama.cpp#27148 restores an unrelated "
         "conversation from it into a fresh slot under concurrent load.",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="llama-servers per arm; more than 1 starts them behind one smg gateway per arm "
+        "([gateway]; pip install 'evalgate[gateway]'), each with these settings.",
+    )
     cache_idle_slots: bool = Field(
         False,
         description="True keeps llama-server's --cache-idle-slots (idle slots saved to the prompt cache); "
@@ -150,7 +157,16 @@ class GPUConfig(BaseModel):
         default_factory=list,
         description="Replaces the engine's own launch command (e.g. a container wrapper, or a test server).",
     )
-    concurrency: int = Field(16, ge=1, description="Requests in flight per arm; the engine batches them.")
+    concurrency: int = Field(
+        16, ge=1, description="Requests in flight per arm (per worker); the engine batches them."
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Servers per arm (data-parallel workers); more than 1 starts them behind one smg gateway "
+        "per arm ([gateway]), each on its share of the arm's GPUs.",
+    )
     deterministic: bool = Field(
         False,
         description="Batch-invariant kernels on both arms (SGLang --enable-deterministic-inference, vLLM "
@@ -226,6 +242,32 @@ class ClientConfig(BaseModel):
     )
 
 
+class GatewayConfig(BaseModel):
+    """``[gateway]``: the smg gateway evalgate starts in front of an arm's workers (``workers`` > 1
+    in the engine's section; ``evalgate.engines.gateway``)."""
+
+    model_config = _STRICT
+    policy: Literal["auto", "consistent_hashing", "round_robin"] = Field(
+        "auto",
+        description="smg's --policy on both arms. auto: consistent_hashing by the item's key (a rerun sends an "
+        "item to the same worker; a question's choices share one worker's prefix cache). Only policies that "
+        "forward a body as sent: smg's cache_aware parses it as OpenAI text and refuses token-id prompts.",
+    )
+    smg: str | None = Field(
+        None, description="The smg program (None: the one beside this Python, from evalgate[gateway])."
+    )
+    ready_timeout_s: float = Field(
+        120.0, gt=0, le=MAX_TIMEOUT_S, description="Seconds until smg lists every worker ready."
+    )
+    worker_kld_tolerance: float = Field(
+        1e-5,
+        ge=0,
+        le=1,
+        description="Mean per-token KL (nats) two workers of one arm may differ by on a fixed probe before "
+        "the arm is refused as mixed; 0: bit-identical answers required.",
+    )
+
+
 class VariantConfig(BaseModel):
     """``[variants.<name>]``: a variant of your own, built on a built-in one (``evalgate.variants``)."""
 
@@ -245,6 +287,7 @@ class EvalgateConfig(BaseModel):
     sglang: SGLangConfig = Field(default_factory=SGLangConfig)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     client: ClientConfig = Field(default_factory=ClientConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     variants: dict[str, VariantConfig] = Field(default_factory=dict)
     suites: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per suite, its own options (checked by the suite)."

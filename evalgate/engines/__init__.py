@@ -47,24 +47,35 @@ EngineFactory = Callable[["EvalgateConfig"], Engine]
 """Builds an engine from the whole config (each takes its own section)."""
 
 
+def _arms_of(engine: Engine, workers: int, deterministic: bool, cfg: EvalgateConfig) -> Engine:
+    """``engine`` as is, or (``workers`` > 1 in its section) each arm as that many of its servers
+    behind one smg gateway (engines/gateway)."""
+    if workers <= 1:
+        return engine
+    from evalgate.engines.gateway import GatewayEngine
+
+    return GatewayEngine(engine, workers=workers, config=cfg.gateway, deterministic=deterministic)
+
+
 def _llamacpp(cfg: EvalgateConfig) -> Engine:
     from evalgate.engines.llamacpp import LlamaCppEngine
 
-    return LlamaCppEngine(cfg.llamacpp)
+    c = cfg.llamacpp
+    return _arms_of(LlamaCppEngine(c), c.workers, c.deterministic, cfg)
 
 
 def _sglang(cfg: EvalgateConfig) -> Engine:
     from evalgate.engines.sglang import SGLangCPUEngine, SGLangEngine
 
-    if cfg.sglang.device == "cpu":  # real SGLang on the CPU: engines/sglang/_cpu.py
-        return SGLangCPUEngine(cfg.sglang)
-    return SGLangEngine(cfg.sglang)
+    c = cfg.sglang
+    engine = SGLangCPUEngine(c) if c.device == "cpu" else SGLangEngine(c)  # CPU: engines/sglang/_cpu.py
+    return _arms_of(engine, c.workers, c.deterministic, cfg)
 
 
 def _vllm(cfg: EvalgateConfig) -> Engine:
     from evalgate.engines.vllm import VLLMEngine
 
-    return VLLMEngine(cfg.vllm)
+    return _arms_of(VLLMEngine(cfg.vllm), cfg.vllm.workers, cfg.vllm.deterministic, cfg)
 
 
 class EngineRegistry:

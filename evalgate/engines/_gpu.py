@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from evalgate.config import GPUConfig
 from evalgate.engines._checkpoint import INT4_METHODS, checkpoint_quantization, is_int4, weight_bits
+from evalgate.engines._launcher import WorkerSlot
 from evalgate.engines.api import Engine
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
@@ -204,10 +205,13 @@ class GPUEngine(Engine):
             return False
         return not set(base.split(",")) & set(cand.split(","))
 
-    def arm_env(self, spec: LaunchSpec, arm: str) -> dict[str, str]:
-        """The spec's env plus CUDA_VISIBLE_DEVICES for ``arm``: placement, set outside the spec."""
+    def arm_env(self, spec: LaunchSpec, arm: str, worker: WorkerSlot | None = None) -> dict[str, str]:
+        """The spec's env plus CUDA_VISIBLE_DEVICES for ``arm``: placement, set outside the spec.
+        Worker ``i`` of ``n`` behind a gateway gets the ``i``-th ``n``-th of the arm's GPUs."""
         env = dict(spec.env)
         gpus = self.gpus_for(arm)
+        if gpus is not None and worker is not None and worker.count > 1:
+            gpus = worker_gpus(gpus, worker, per_worker=self.tp_size, arm=arm)
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus
         return env
@@ -269,3 +273,14 @@ class GPUEngine(Engine):
         raise ConfigError(
             f"{self.label} has no weights type {variant.weights!r}", fix="use bf16, fp8 or int4"
         )
+
+
+def worker_gpus(gpus: str, worker: WorkerSlot, *, per_worker: int, arm: str) -> str:
+    """The slice of an arm's GPU list that worker ``worker.index`` of ``worker.count`` runs on."""
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    if len(ids) < worker.count * per_worker:
+        raise ConfigError(
+            f"the {arm} arm runs {worker.count} workers of {per_worker} GPU(s) each, but gets GPUs {gpus!r}",
+            fix="list workers x tensor-parallel GPUs per arm (gpus / arm_gpus), or lower workers",
+        )
+    return ",".join(ids[worker.index * per_worker : (worker.index + 1) * per_worker])

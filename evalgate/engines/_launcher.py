@@ -32,6 +32,7 @@ __all__ = [
     "SIGNAL_CAUSES",
     "Diagnoses",
     "ServerHandle",
+    "WorkerSlot",
     "describe_exit",
     "exit_hint",
     "flags",
@@ -109,6 +110,20 @@ def log_tail(path: Path, lines: int = 30, secret_values: Sequence[str] = ()) -> 
         if s:
             text = text.replace(s, MASK)
     return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """Which of an arm's workers one launch is: engines/gateway starts ``count`` of them behind
+    smg, all with the arm's one API key (smg forwards the client's key to the worker it picks)."""
+
+    index: int
+    count: int
+    api_key: str
+
+    def name(self, arm: str) -> str:
+        """The worker's server name and log file stem: ``baseline-w0``."""
+        return f"{arm}-w{self.index}"
 
 
 @dataclass
@@ -272,8 +287,9 @@ def run_process(
         _kill_group(proc)
 
 
-def server_address(port: int | None, name: str) -> tuple[int, str, str]:
-    """(port, API key, base URL) for the ``name`` server about to launch, with a fresh key.
+def server_address(port: int | None, name: str, api_key: str | None = None) -> tuple[int, str, str]:
+    """(port, API key, base URL) for the ``name`` server about to launch, with a fresh key unless
+    ``api_key`` is given (the workers of one arm behind a gateway share the arm's key).
 
     A port the user named is checked first: a server that cannot bind it would otherwise fail
     minutes into a GPU start, or answer a stranger's requests on a port someone else holds."""
@@ -283,7 +299,7 @@ def server_address(port: int | None, name: str) -> tuple[int, str, str]:
             fix="omit --port to let evalgate pick a free port, or stop whatever holds it",
         )
     port = port or free_port()
-    return port, new_api_key(), f"http://127.0.0.1:{port}"
+    return port, api_key or new_api_key(), f"http://127.0.0.1:{port}"
 
 
 def flags(args: Sequence[tuple[str, str | None]]) -> list[str]:
@@ -337,10 +353,11 @@ def launch_server(
     ready: Callable[[str, str], bool],
     env: Mapping[str, str],
     timeout_s: float,
+    api_key: str | None = None,
 ) -> Iterator[ServerHandle]:
     """Start ``command(port, api_key)`` as the ``name`` server (log in ``log_dir/name.log``), ready
     when ``ready(base_url, api_key)`` holds; failures are explained by ``engine``'s diagnosis."""
-    port, api_key, base_url = server_address(port, name)
+    port, api_key, base_url = server_address(port, name, api_key)
     with run_process(
         command(port, api_key),
         name=name,

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines._tokens import TokenCache
 from evalgate.engines.api import CacheObservation, LogLik, Position, Scorer, Split
-from evalgate.engines.client import HttpClient, RetryPolicy
+from evalgate.engines.client import GatewayRoute, HttpClient, RetryPolicy
 from evalgate.errors import InvalidResponse, PreflightError
 
 __all__ = [
@@ -76,10 +76,18 @@ def server_client(
     handle: ServerHandle, *, concurrency: int, seed: int, retry: RetryPolicy | None = None
 ) -> HttpClient:
     """The client for one launched server: its key, its log tail when a request finds it dead, and
-    an InvalidResponse naming ``handle.name`` for a body that is not JSON."""
+    an InvalidResponse naming ``handle.name`` for a body that is not JSON. An arm behind smg
+    (``handle.info["gateway"]``, engines/gateway) is reached through the gateway, with its workers'
+    requests in flight (``concurrency`` each)."""
+    gateway = handle.info.get("gateway")
+    route = None
+    if isinstance(gateway, dict) and gateway.get("direct_url"):
+        route = GatewayRoute(direct_url=str(gateway["direct_url"]), model=str(gateway.get("model") or ""))
+        concurrency *= max(1, len(gateway.get("workers") or ()))
     return _JsonClient(
         handle.base_url,
         api_key=handle.api_key,
+        gateway=route,
         concurrency=concurrency,
         retry=retry or handle.retry,
         alive=handle.alive,

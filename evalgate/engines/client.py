@@ -16,10 +16,13 @@ never a MemoryError.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import hashlib
 import json
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -27,7 +30,17 @@ import aiohttp
 from evalgate.errors import InfraError
 from evalgate.redact import BODY_EXCERPT, payload_texts, redact, redact_url
 
-__all__ = ["MAX_ANSWER_BYTES", "HttpClient", "RequestFailed", "RetryPolicy", "ServerStalled"]
+__all__ = [
+    "GATEWAY_PATHS",
+    "MAX_ANSWER_BYTES",
+    "ROUTING_KEY",
+    "GatewayRoute",
+    "HttpClient",
+    "RequestFailed",
+    "RetryPolicy",
+    "ServerStalled",
+    "routing_key",
+]
 
 _MAX_BODY = 65536
 """Bytes of an error body read (then masked and cut to an excerpt)."""
@@ -35,6 +48,37 @@ _MAX_BODY = 65536
 MAX_ANSWER_BYTES = 64 * 2**20
 """Bytes of a successful answer read at most: a 300 000-character generation with logprobs is a
 few MiB; more is a runaway or hostile server, refused before it fills memory."""
+
+
+GATEWAY_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate"})
+"""The scoring paths smg's regular HTTP router proxies to a worker it picks (model_gateway/src/
+server.rs route table; every other path is a 404 there, /tokenize and /props included)."""
+
+ROUTING_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("evalgate_routing_key", default=None)
+"""The item a request belongs to, set by ``GatewayScorer`` around each call: a gateway client sends
+it as ``X-SMG-Routing-Key`` so that smg's consistent_hashing policy sends every request of an item
+to one worker. A context variable, not an argument: it crosses the engines' scorers untouched, and
+each asyncio task (one item) sees only its own."""
+
+ROUTED_HEADER = "x-smg-routed-worker-id"
+"""smg names the worker that served a proxied request in this response header (header_utils.rs)."""
+
+
+def routing_key(key: str) -> str:
+    """A key as smg reads it: at most 128 bytes of header-safe text, so a digest of the item's key."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+@dataclass
+class GatewayRoute:
+    """How one client reaches an arm behind smg: the scoring paths (``GATEWAY_PATHS``) go to the
+    gateway, with the routing key and the served model name smg requires in every body; the
+    tokenizer's paths, which smg does not proxy, go to ``direct_url`` (a worker: all of an arm's
+    workers are checked identical). ``routed`` counts the worker smg reported for each answer."""
+
+    direct_url: str
+    model: str
+    routed: Counter[str] = field(default_factory=Counter)
 
 
 class RequestFailed(InfraError):
@@ -69,8 +113,10 @@ class HttpClient:
         alive: Callable[[], bool] | None = None,
         on_dead: Callable[[], Exception] | None = None,
         seed: int = 0,
+        gateway: GatewayRoute | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.gateway = gateway
         self.retry = retry or RetryPolicy()
         self._alive = alive or (lambda: True)
         self._on_dead = on_dead
@@ -117,13 +163,15 @@ class HttpClient:
         for attempt in range(self.retry.attempts):
             async with self._sem:
                 try:
-                    url = self.base_url + path
+                    url, body, headers = self._address(path, payload)
                     async with self._session().request(
-                        method, url, json=payload, allow_redirects=False
+                        method, url, json=body, headers=headers, allow_redirects=False
                     ) as resp:
                         if 300 <= resp.status < 400:
                             raise self._redirected(method, path, resp, payload)
                         if resp.status < 400:
+                            if self.gateway is not None and path in GATEWAY_PATHS:
+                                self.gateway.routed[resp.headers.get(ROUTED_HEADER) or "?"] += 1
                             return _json(await self._read_capped(method, path, resp))
                         raw = await resp.content.read(_MAX_BODY)
                         body = self._clean(raw.decode("utf-8", errors="replace"), payload)
@@ -137,7 +185,9 @@ class HttpClient:
                     if resp.status < 500 and resp.status not in (408, 429):
                         raise RequestFailed(
                             f"the server rejected a request ({last})",
-                            fix="this is a client/engine mismatch, not load: check the engine flags",
+                            fix=_gateway_fix(body)
+                            if self.gateway is not None
+                            else "this is a client/engine mismatch, not load: check the engine flags",
                         )
             if not self._alive():
                 raise self._on_dead() if self._on_dead else RequestFailed("the server died", fix="")
@@ -159,6 +209,21 @@ class HttpClient:
             f"{method} {path} failed {_times(self.retry.attempts)}: {last}",
             fix="the item is recorded with this error; rerun with --resume to retry it",
         )
+
+    def _address(
+        self, path: str, payload: dict[str, Any] | None
+    ) -> tuple[str, dict[str, Any] | None, Mapping[str, str] | None]:
+        """(URL, body, extra headers) of one request: as given, or routed as ``GatewayRoute`` says."""
+        route = self.gateway
+        if route is None:
+            return self.base_url + path, payload, None
+        if path not in GATEWAY_PATHS:
+            return route.direct_url.rstrip("/") + path, payload, None
+        # smg refuses an OpenAI body without "model" (400); /generate it fills in itself
+        openai = path.startswith("/v1/") and payload is not None and "model" not in payload
+        body = {"model": route.model, **payload} if openai and payload is not None else payload
+        key = ROUTING_KEY.get()
+        return self.base_url + path, body, {"X-SMG-Routing-Key": routing_key(key)} if key else None
 
     def _redirected(
         self, method: str, path: str, resp: aiohttp.ClientResponse, payload: dict[str, Any] | None
@@ -199,6 +264,17 @@ class HttpClient:
         """An excerpt of a server's text with this client's key, URL credentials and whatever the
         request carried (an echo of the prompt) masked."""
         return redact(text, secrets=[self._key], private=payload_texts(payload), limit=BODY_EXCERPT)
+
+
+def _gateway_fix(body: str) -> str:
+    """What to do about a 4xx from a gateway: smg parsing a token-id prompt is its policy's doing."""
+    if "StringOrArray" in body or "untagged enum" in body:
+        return (
+            "the gateway parses each request as OpenAI text (smg's cache_aware or prefix_hash policy, or "
+            "retries on) and refuses the token-id prompts evalgate scores with: start smg with --policy "
+            "consistent_hashing --disable-retries, which forwards a body as sent"
+        )
+    return "this is a client/gateway mismatch, not load: check the gateway's and the workers' flags"
 
 
 def _json(body: bytes) -> Any:

@@ -18,6 +18,7 @@ from evalgate.gate.verdict import RunData
 from evalgate.redact import MASK, is_secret_key
 from evalgate.report import _format as fmt
 from evalgate.report._drift import FLIP_NOTE, FLIP_TITLE, DriftPanel, drift_panels, flip_drift_tables
+from evalgate.report._gateway import GatewayPanel, gateway_panels
 from evalgate.report._items import SuiteItems, discordant_items
 from evalgate.report._lengths import LengthPanel, length_panels
 from evalgate.report._sections import OPTIONAL_SECTIONS, Section, flatten, optional_sections
@@ -104,6 +105,8 @@ class RunView:
     """Drift suites: the budget rows, the per-token KL quantiles and the KL by position."""
     flip_drift: list[Section] = field(default_factory=list)
     """The flip-drift table (multiple-choice suites: does the choice KL predict the flips?), or none."""
+    gateways: list[GatewayPanel] = field(default_factory=list)
+    """Arms of several workers behind smg: the gateway, its policy and each worker (report/_gateway.py)."""
 
     @property
     def primary_rows(self) -> list[RowView]:
@@ -162,6 +165,7 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
         flip_drift=[
             Section("flip-drift", FLIP_TITLE, *t, note=FLIP_NOTE) for t in flip_drift_tables(verdict)
         ],
+        gateways=gateway_panels(m),
     )
 
 

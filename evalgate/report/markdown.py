@@ -11,6 +11,7 @@ import html
 import re
 
 from evalgate.report._drift import DriftPanel, DriftTable
+from evalgate.report._gateway import GatewayPanel
 from evalgate.report._items import ItemView, SuiteItems
 from evalgate.report._lengths import LengthPanel
 from evalgate.report._view import RunView, Section
@@ -111,6 +112,7 @@ def _head(v: RunView) -> list[str]:
     out += [_length_table(s) for s in v.sections if s.key == "answers"]  # per arm (report/answers.py)
     out += [_drift_table(s) for s in v.drift]  # drift suites (report/_drift.py)
     out += [_length_table(s) for s in v.flip_drift]
+    out += [_gateway(g) for g in v.gateways]  # arms of several workers (report/_gateway.py)
     if v.notes:
         out.append("\n" + "".join(f"> note: {_md(n)}\n" for n in v.notes))
     return out
@@ -142,6 +144,16 @@ def _length_table(s: Section | LengthPanel) -> str:
     head = "| " + " | ".join(_md(h) for h in s.headers) + " |\n|---|" + "--:|" * (len(s.headers) - 1) + "\n"
     rows = "".join("| " + " | ".join(_md(c) for c in row) + " |\n" for row in s.rows)
     return f"\n#### {_md(s.title)}\n\n{head}{rows}\n{_md(s.note)}\n"
+
+
+def _gateway(g: GatewayPanel) -> str:
+    """An arm behind smg: its gateway, program and policy on one line, then its workers' table."""
+    facts = " · ".join(f"{_md(k)} {_md(val)}" for k, val in g.facts)
+    note = f"\n{_md(g.note)}\n" if g.note else ""
+    t = g.workers
+    head = "| " + " | ".join(_md(h) for h in t.headers) + " |\n|---|---|---|--:|--:|\n"
+    rows = "".join("| " + " | ".join(_md(c) for c in row) + " |\n" for row in t.rows)
+    return f"\n#### {_md(g.title)}\n\n{facts}\n\n{head}{rows}{note}"
 
 
 def _suite_block(s: SuiteItems, k: int) -> str:

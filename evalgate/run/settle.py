@@ -232,7 +232,10 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
             fix="pass both (comma-separated URLs per arm), or neither to launch the servers",
         )
     if not req.baseline_url:
-        return get_engine(req.engine or cfg.engine, cfg), False
+        engine = get_engine(req.engine or cfg.engine, cfg)
+        if req.resume and hasattr(engine, "resume"):  # an arm behind smg: route items by their key
+            engine.resume = True
+        return engine, False
     if req.engine:
         raise ConfigError(
             "--engine launches servers; --baseline-url/--candidate-url attach to running ones",
@@ -247,6 +250,7 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
         deterministic=req.deterministic,
         allow_diff=req.allow_diff,
         same_server_ok=req.same_server_ok,
+        worker_kld_tolerance=cfg.gateway.worker_kld_tolerance,
     )
     return engine, True
 

@@ -152,6 +152,12 @@ class ServerFacts(Facts):
     servers: dict[str, Any] | None = Field(
         None, description="Attach mode: each URL's fingerprint (version, model, settings it reports)."
     )
+    # an arm of several workers behind smg (evalgate.engines.gateway)
+    gateway: dict[str, Any] | None = Field(
+        None,
+        description="An arm behind smg: its URL, smg's version, the routing policy, each worker (url, role, "
+        "status; launched: its command and log), the fixed probe each worker answered, and answers per worker.",
+    )
     # vLLM
     served_model: str | None = Field(None, description="vLLM: the served model's id (/v1/models).")
     max_model_len: int | None = Field(None, description="vLLM: its max_model_len (/v1/models).")

@@ -33,6 +33,7 @@ from evalgate.engines.attach._fingerprint import (
 )
 from evalgate.engines.attach._sharded import ShardedScorer
 from evalgate.engines.attach._urls import normalize_url
+from evalgate.engines.gateway import GatewayScorer, GatewayWorker, read_workers
 from evalgate.errors import ConfigError
 from evalgate.redact import redact_url
 from evalgate.variants import LaunchSpec, Variant
@@ -72,6 +73,7 @@ class ExternalEngine(Engine):
         deterministic: bool = False,
         allow_diff: Iterable[str] = (),
         same_server_ok: bool = False,
+        worker_kld_tolerance: float = 1e-5,
     ) -> None:
         if protocol not in ("auto", *PROTOCOLS):
             raise ConfigError(
@@ -97,6 +99,8 @@ class ExternalEngine(Engine):
         """Settings allowed to differ (--allow-diff): between the arms, and between one arm's URLs."""
         self.same_server_ok = same_server_ok
         """--same-server-ok: both arms may reach one running server (an A/A check of the harness)."""
+        self.worker_kld_tolerance = worker_kld_tolerance
+        """How far an attached gateway's workers may answer the fixed probe apart ([gateway])."""
         self._info: dict[str, dict[str, Any]] = {}
 
     def urls_for(self, arm: str) -> list[str]:
@@ -107,6 +111,17 @@ class ExternalEngine(Engine):
         urls = self.urls_for(arm)
         key = api_key_for(arm)
         env = _key_env(arm)
+        listings = {u: read_workers(u, key, timeout_s=self.timeout_s) for u in dict.fromkeys(urls)}
+        gateways = [u for u, workers in listings.items() if workers is not None]
+        if gateways:
+            if len(listings) > 1:
+                raise ConfigError(
+                    f"the {arm} URLs include the gateway {redact_url(gateways[0])} among other URLs",
+                    fix=f"give the {arm} one gateway URL (it routes to its workers), or only servers' URLs",
+                )
+            info = self._gateway_info(arm, gateways[0], listings[gateways[0]] or [], key, env)
+            self._info[arm] = info
+            return info
         fps = [
             fingerprint(u, api_key=key, protocol=self.protocol, key_env=env, timeout_s=self.timeout_s)
             for u in dict.fromkeys(urls)
@@ -116,6 +131,53 @@ class ExternalEngine(Engine):
         info = {"attached": True, "protocol": protocol, "urls": urls, "servers": {f["url"]: f for f in fps}}
         self._info[arm] = info
         return info
+
+    def _gateway_info(
+        self, arm: str, url: str, workers: list[GatewayWorker], key: str | None, env: str
+    ) -> dict[str, Any]:
+        """An arm that is one smg gateway: every worker it lists fingerprinted directly, the
+        workers of each role required identical (exit 2 naming the odd one), all traffic through
+        the gateway (``scorer``)."""
+        where = redact_url(url)
+        if not workers:
+            raise ConfigError(
+                f"the gateway {where} lists no workers", fix="register the arm's workers with it"
+            )
+        down = [w for w in workers if w.status != "ready" or not w.healthy]
+        if down:
+            raise ConfigError(
+                f"the gateway {where} lists the {arm} worker {down[0].url} as {down[0].status or 'unhealthy'}, so "
+                "items routed to it would fail or wait",
+                fix="wait until every worker is ready in the gateway's GET /workers, or remove the odd one",
+            )
+        fps = {
+            w.url: fingerprint(
+                w.url, api_key=key, protocol=self.protocol, key_env=env, timeout_s=self.timeout_s
+            )
+            for w in workers
+        }
+        for role in dict.fromkeys(w.role for w in workers):
+            _require_one_deployment(
+                arm, [fps[w.url] for w in workers if w.role == role], allow=self.allow_diff, behind=url
+            )
+        # the tokenizer's calls (smg does not proxy them) go to a worker that holds the whole prompt
+        direct = next((w for w in workers if w.role in ("regular", "prefill")), workers[0])
+        first = fps[direct.url]
+        gateway = {
+            "url": url,
+            "attached": True,
+            "policy": "the gateway's own (smg does not report it); evalgate sends each item's routing key",
+            "direct_url": direct.url,
+            "model": direct.model_id,
+            "workers": [{**w.as_dict(), "fingerprint": fps[w.url]} for w in workers],
+        }
+        return {
+            "attached": True,
+            "protocol": first["protocol"],
+            "urls": [url],
+            "servers": {url: {**first, "url": url}},
+            "gateway": gateway,
+        }
 
     def version(self) -> str:
         infos = [self._info.get(a) or self.attach_info(a) for a in ("baseline", "candidate")]
@@ -156,7 +218,10 @@ class ExternalEngine(Engine):
             protocol=info["protocol"],
         )
 
-    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> ShardedScorer:
+    def scorer(self, handle: ServerHandle, *, seed: int = 0) -> ShardedScorer | GatewayScorer:
+        gateway = handle.info.get("gateway")
+        if isinstance(gateway, dict):
+            return self._gateway_scorer(handle, gateway, seed=seed)
         servers = handle.info["servers"]
         urls = [str(u) for u in handle.info["urls"]]
         scorers = []
@@ -170,6 +235,27 @@ class ExternalEngine(Engine):
             )
         return ShardedScorer(scorers, urls)
 
+    def _gateway_scorer(self, handle: ServerHandle, gateway: dict[str, Any], *, seed: int) -> GatewayScorer:
+        """Through the gateway, with a direct scorer per worker for the probe and cache flushes."""
+
+        def scorer_for(base_url: str, fp: dict[str, Any], info: dict[str, Any], name: str) -> Any:
+            shard = AttachedHandle(**{**vars(handle), "name": name, "base_url": base_url})
+            shard.info, shard.urls, shard.protocol = info, [base_url], fp["protocol"]
+            make = dialect_of(fp).scorer
+            return make(shard, concurrency=self._concurrency(fp), seed=seed, deterministic=self.deterministic)
+
+        workers = gateway["workers"]
+        first = handle.info["servers"][handle.base_url]
+        through = scorer_for(handle.base_url, first, {**first, "gateway": gateway}, handle.name)
+        direct = {}
+        for w in workers:
+            scorer = scorer_for(w["url"], w["fingerprint"], w["fingerprint"], f"{handle.name} ({w['url']})")
+            if hasattr(scorer, "cache_prompt"):  # the probe must not depend on a worker's cache state
+                scorer.cache_prompt = False
+            direct[w["url"]] = scorer
+        roles = {w["url"]: w["role"] for w in workers}
+        return GatewayScorer(through, direct, roles=roles, tolerance=self.worker_kld_tolerance)
+
     def check_pair(self, *, allow: Iterable[str] = ()) -> None:
         """Refuse (exit 2, with the diff) attached arms whose read-back settings differ beyond
         quantization: the LaunchSpecs of attached arms hold no settings to compare."""
@@ -178,6 +264,17 @@ class ExternalEngine(Engine):
         if not self.same_server_ok:  # one server behind two URLs (a proxy port): no pair either
             require_two_instances(base, cand)
         require_attached_pair(base, cand, allow=self.allow_diff)
+        roles = [_roles(base), _roles(cand)]
+        if roles[0] and roles[1]:  # two gateways: worker by worker, role by role (PD pools too)
+            if set(roles[0]) != set(roles[1]):
+                raise ConfigError(
+                    f"the baseline's gateway has {sorted(roles[0])} workers and the candidate's {sorted(roles[1])}",
+                    fix="serve both arms the same way (both prefill/decode pools, or both regular workers)",
+                )
+            for role, fp in roles[0].items():
+                require_attached_pair(
+                    {"servers": {"b": fp}}, {"servers": {"c": roles[1][role]}}, allow=self.allow_diff
+                )
 
     def launch_command(self, spec: LaunchSpec, *, name: str, port: int, api_key: str) -> list[str]:
         """Nothing is launched: the arm's URLs (credentials masked), read back at run time."""
@@ -200,3 +297,12 @@ class ExternalEngine(Engine):
         if self.deterministic:
             return 1
         return self.concurrency or dialect_of(fp).concurrency(fp)
+
+
+def _roles(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """An arm behind a gateway: the first worker's fingerprint of each role; {} for other arms."""
+    gateway = info.get("gateway")
+    out: dict[str, dict[str, Any]] = {}
+    for w in gateway.get("workers") or () if isinstance(gateway, dict) else ():
+        out.setdefault(str(w.get("role")), w["fingerprint"])
+    return out

@@ -206,8 +206,15 @@ def _flat(fp: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _servers(info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The per-URL fingerprints of an arm's ``handle.info``, or ``info`` itself if it is one."""
-    return list(info["servers"].values()) if "servers" in info else [info]
+    """The per-URL fingerprints of an arm's ``handle.info``, or ``info`` itself if it is one; an
+    arm behind a gateway adds each worker's (engines/gateway)."""
+    out = list(info["servers"].values()) if "servers" in info else [info]
+    gateway = info.get("gateway")
+    if isinstance(gateway, dict):
+        out += [
+            w["fingerprint"] for w in gateway.get("workers") or () if isinstance(w.get("fingerprint"), dict)
+        ]
+    return out
 
 
 def attached_settings(info: Mapping[str, Any]) -> dict[str, Any]:
@@ -256,9 +263,12 @@ def deployment_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> l
     return [(k, a.get(k, missing), b.get(k, missing)) for k in keys]
 
 
-def _require_one_deployment(arm: str, fps: Sequence[Mapping[str, Any]], *, allow: Iterable[str] = ()) -> None:
+def _require_one_deployment(
+    arm: str, fps: Sequence[Mapping[str, Any]], *, allow: Iterable[str] = (), behind: str | None = None
+) -> None:
     """All URLs of one arm must be replicas: otherwise items would be scored by different models.
-    ``allow`` (--allow-diff) names settings that may differ, as it does between the arms."""
+    ``allow`` (--allow-diff) names settings that may differ, as it does between the arms.
+    ``behind``: the gateway whose workers ``fps`` are (its listing named them, not the user)."""
     allowed = set(allow)
     first = _flat(fps[0])
     for fp in fps[1:]:
@@ -266,9 +276,16 @@ def _require_one_deployment(arm: str, fps: Sequence[Mapping[str, Any]], *, allow
         keys = sorted(k for k in set(first) | set(other) if k not in allowed and first.get(k) != other.get(k))
         if keys:
             raise ConfigError(
-                f"the {arm} URLs {fps[0]['url']} and {fp['url']} do not serve the same model and settings "
+                f"the {arm}'s {'worker' if behind else 'URL'} {fp['url']}"
+                + (f" (behind the gateway {redact_url(behind)})" if behind else "")
+                + f" does not serve the same model and settings as {fps[0]['url']} "
                 f"(they differ in {', '.join(keys[:8])})",
-                fix=f"attach only replicas of one deployment to the {arm}; drop the odd URL, or pass "
-                "--allow-diff KEY for a setting that may differ (recorded in the report)",
+                fix=(
+                    f"restart the worker {fp['url']} with the settings of the rest (behind a gateway all "
+                    "workers of one role must be identical)"
+                    if behind
+                    else f"attach only replicas of one deployment to the {arm}; drop the odd URL"
+                )
+                + ", or pass --allow-diff KEY for a setting that may differ (recorded in the report)",
                 detail="\n".join(f"  {k}: {first.get(k)!r} vs {other.get(k)!r}" for k in keys[:20]),
             )

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalgate.engines.api import LogLik, Position, Scorer
+from evalgate.engines.gateway import GatewayScorer
 from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import PreflightError
 
@@ -92,7 +93,10 @@ def _messages_key(messages: Any) -> str:
 
 
 async def preflight_all(scorer: Scorer, *, server: str, chat: bool = True) -> PreflightReport:
-    """Preflight every URL (each can be misconfigured on its own) and require one tokenizer."""
+    """Preflight every URL (each can be misconfigured on its own) and require one tokenizer; an
+    arm behind a gateway through it, then its workers' probe (engines/gateway)."""
+    if isinstance(scorer, GatewayScorer):
+        return await scorer.preflight(server=server, chat=chat)
     if not isinstance(scorer, ShardedScorer):
         return await preflight(scorer, server=server, chat=chat)
     reports = await asyncio.gather(

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from evalgate.config import LlamaCppConfig
-from evalgate.engines._launcher import ServerHandle, launch_server, server_command
+from evalgate.engines._launcher import ServerHandle, WorkerSlot, launch_server, server_command
 from evalgate.engines.api import Engine
 from evalgate.engines.gguf import derived_gguf
 from evalgate.engines.llamacpp import _diagnose
@@ -160,18 +160,27 @@ class LlamaCppEngine(Engine):
 
     @contextlib.contextmanager
     def launch(
-        self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
+        self,
+        spec: LaunchSpec,
+        *,
+        name: str,
+        log_dir: Path,
+        port: int | None = None,
+        worker: WorkerSlot | None = None,
     ) -> Iterator[ServerHandle]:
+        """One llama-server; as ``worker`` of an arm behind a gateway, under the arm's key and
+        served model name (smg routes by that name) with a log of its own."""
         find_binary()  # not installed: say so before a port is taken
         with launch_server(
             self,
             lambda port, key: self.command(spec, port=port, api_key=key, name=name),
-            name=name,
+            name=worker.name(name) if worker else name,
             log_dir=log_dir,
             port=port,
             ready=_healthy,
             env=dict(spec.env),
             timeout_s=self.config.ready_timeout_s,
+            api_key=worker.api_key if worker else None,
         ) as handle:
             log = handle.log_path.read_text(errors="replace")
             handle.info["kv_buffers_mib"] = kv_buffer_sizes(log)

@@ -33,7 +33,7 @@ import httpx
 from evalgate.config import SGLangConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
 from evalgate.engines._kv_scales import kv_scales_used, validate_kv_scales
-from evalgate.engines._launcher import ServerHandle, launch_server, server_command
+from evalgate.engines._launcher import ServerHandle, WorkerSlot, launch_server, server_command
 from evalgate.engines.sglang import _diagnose
 from evalgate.engines.sglang._capacity import sglang_capacity
 from evalgate.engines.sglang._scorer import SGLangScorer
@@ -176,18 +176,27 @@ class SGLangEngine(GPUEngine):
 
     @contextlib.contextmanager
     def launch(
-        self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
+        self,
+        spec: LaunchSpec,
+        *,
+        name: str,
+        log_dir: Path,
+        port: int | None = None,
+        worker: WorkerSlot | None = None,
     ) -> Iterator[ServerHandle]:
-        env = self.arm_env(spec, name)
+        """One SGLang server; as ``worker`` of an arm behind a gateway, under the arm's key, on its
+        share of the arm's GPUs, with a log of its own."""
+        env = self.arm_env(spec, name, worker)
         with launch_server(
             self,
             lambda port, key: self.command(spec, port=port, api_key=key),
-            name=name,
+            name=worker.name(name) if worker else name,
             log_dir=log_dir,
             port=port,
             ready=_generates,
             env=env,
             timeout_s=self.config.ready_timeout_s,
+            api_key=worker.api_key if worker else None,
         ) as handle:
             handle.info.update(fetch_server_info(handle.base_url, handle.api_key))
             handle.info["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")

@@ -32,7 +32,7 @@ import httpx
 from evalgate.config import VLLMConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
 from evalgate.engines._kv_scales import kv_scales_used
-from evalgate.engines._launcher import ServerHandle, launch_server, server_command
+from evalgate.engines._launcher import ServerHandle, WorkerSlot, launch_server, server_command
 from evalgate.engines.vllm import _diagnose
 from evalgate.engines.vllm._capacity import vllm_capacity
 from evalgate.engines.vllm._scorer import VLLMScorer
@@ -152,10 +152,18 @@ class VLLMEngine(GPUEngine):
 
     @contextlib.contextmanager
     def launch(
-        self, spec: LaunchSpec, *, name: str, log_dir: Path, port: int | None = None
+        self,
+        spec: LaunchSpec,
+        *,
+        name: str,
+        log_dir: Path,
+        port: int | None = None,
+        worker: WorkerSlot | None = None,
     ) -> Iterator[ServerHandle]:
-        env = self.arm_env(spec, name)
-        gpus = self.gpus_for(name)
+        """One vLLM server; as ``worker`` of an arm behind a gateway, under the arm's key, on its
+        share of the arm's GPUs, with a log of its own."""
+        env = self.arm_env(spec, name, worker)
+        gpus = env.get("CUDA_VISIBLE_DEVICES")
         tp = self.config.tensor_parallel_size
         if gpus is not None and len(gpus.split(",")) < tp:
             raise ConfigError(
@@ -168,12 +176,13 @@ class VLLMEngine(GPUEngine):
             with launch_server(
                 self,
                 lambda port, key: self.command(spec, port=port, api_key=key),
-                name=name,
+                name=worker.name(name) if worker else name,
                 log_dir=log_dir,
                 port=port,
                 ready=lambda base_url, key: _ready(base_url, key, seen),
                 env=env,
                 timeout_s=self.config.ready_timeout_s,
+                api_key=worker.api_key if worker else None,
             ) as handle:
                 pgid = handle.process.pid if handle.process else None  # its own group (new session)
                 handle.info.update(seen)

@@ -1,0 +1,186 @@
+"""Scoring an arm through its gateway: every call carries its item's routing key, and the arm's
+workers are checked to answer alike before anything is scored.
+
+A gateway hides its workers: an arm that mixes a BF16 and an FP8-KV worker would pass every check
+made through it, with each item scored by whichever worker smg picked. So each worker is asked
+directly, once, to teacher-force the same fixed text (``PROBE_TEXT``), and an arm whose workers'
+distributions differ by more than ``[gateway] worker_kld_tolerance`` is refused, naming the worker.
+That sees what no setting reports: llama-server does not say its KV type anywhere it can be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from evalgate.engines.api import CacheObservation, LogLik, Position, Scorer
+from evalgate.engines.client import ROUTING_KEY
+from evalgate.engines.preflight import PreflightReport, preflight
+from evalgate.errors import ConfigError
+from evalgate.stats import position_klds, top1_same
+
+__all__ = ["PROBE_TEXT", "GatewayScorer", "compare_workers"]
+
+PROBE_TEXT = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May? In May she sold 48 / 2 = 24 clips, "
+    "so altogether she sold 48 + 24 = 72 clips."
+)
+"""A fixed GSM8K-train-style text every worker teacher-forces (its top-k at each position)."""
+PROBE_TOP_K = 8
+
+
+def compare_workers(
+    probes: Mapping[str, Sequence[Position]], *, tolerance: float
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each worker's probe against the first's: (per worker: mean KL, top-1 agreement, identical),
+    and the workers past ``tolerance``. Pure, so the refusal rule is tested without servers."""
+    urls = list(probes)
+    first = [p[1] for p in probes[urls[0]]]
+    out: dict[str, dict[str, Any]] = {}
+    odd: list[str] = []
+    for url in urls:
+        tops = [p[1] for p in probes[url]]
+        if len(tops) != len(first):
+            out[url] = {"positions": len(tops), "identical": False, "mean_kld": None}
+            odd.append(url)
+            continue
+        klds = position_klds(first, tops)
+        mean = float(np.mean(klds)) if klds.size else 0.0
+        same = sum(top1_same(a, b) for a, b in zip(first, tops, strict=True))
+        out[url] = {
+            "positions": len(tops),
+            "identical": tops == first,
+            "mean_kld": mean,
+            "top1_agree": f"{same}/{len(tops)}",
+        }
+        if mean > tolerance:
+            odd.append(url)
+    return out, odd
+
+
+class GatewayScorer(Scorer):
+    """One arm behind smg: ``through`` reaches it by the gateway (the scorer the engine makes for
+    the gateway's handle), ``workers`` are each worker's own scorer (the probe, cache flushes)."""
+
+    def __init__(
+        self,
+        through: Scorer,
+        workers: Mapping[str, Scorer],
+        *,
+        roles: Mapping[str, str] | None = None,
+        tolerance: float = 1e-5,
+    ) -> None:
+        self.through, self.workers = through, dict(workers)
+        self.roles = dict(roles or {})
+        self.tolerance = tolerance
+        self.concurrency = int(through.concurrency) * max(1, len(self.workers))
+        self.probe: dict[str, dict[str, Any]] = {}
+
+    async def _keyed(self, key: str, call: Any) -> Any:
+        token = ROUTING_KEY.set(key)
+        try:
+            return await call
+        finally:
+            ROUTING_KEY.reset(token)
+
+    # keys as ShardedScorer's: all of a question's choices share one worker and its prefix cache
+    async def loglikelihood(self, context: str, continuation: str) -> LogLik:
+        return await self._keyed(context, self.through.loglikelihood(context, continuation))
+
+    async def loglikelihood_many(self, context: str, continuations: Sequence[str]) -> list[LogLik]:
+        return await self._keyed(context, self.through.loglikelihood_many(context, continuations))
+
+    async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
+        call = self.through.token_distributions(tokens, start=start, top_k=top_k)
+        return await self._keyed(repr(list(tokens)), call)
+
+    async def generate(self, prompt: str, **kwargs: Any) -> dict[str, Any]:
+        return await self._keyed(prompt, self.through.generate(prompt, **kwargs))
+
+    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        key = json.dumps(payload.get("messages"), sort_keys=True, ensure_ascii=False, default=str)
+        return await self._keyed(key, self.through.chat(payload))
+
+    async def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        return await self.through.render_chat(messages)
+
+    async def tokenize(self, text: str) -> list[int]:
+        return await self.through.tokenize(text)
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return await self.through.detokenize(tokens)
+
+    async def flush_cache(self) -> str | None:
+        """Every worker's cache: smg does not pass a flush on."""
+        said = await asyncio.gather(*(s.flush_cache() for s in self.workers.values()))
+        return "; ".join(s for s in said if s) or None
+
+    async def cached_request(self, prompt_ids: Sequence[int], **kwargs: Any) -> CacheObservation:
+        return await self._keyed(repr(list(prompt_ids)), self.through.cached_request(prompt_ids, **kwargs))
+
+    async def cold_request(self, prompt_ids: Sequence[int], *, max_tokens: int = 1) -> CacheObservation:
+        call = self.through.cold_request(prompt_ids, max_tokens=max_tokens)
+        return await self._keyed(repr(list(prompt_ids)), call)
+
+    async def server_info(self) -> dict[str, Any]:
+        return await self.through.server_info()
+
+    async def context_length(self) -> int | None:
+        """The smallest any worker reports: an item may go to any of them."""
+        lengths = await asyncio.gather(*(s.context_length() for s in self.workers.values()))
+        known = [n for n in lengths if n]
+        return min(known) if known and len(known) == len(lengths) else None
+
+    async def aclose(self) -> None:
+        await asyncio.gather(self.through.aclose(), *(s.aclose() for s in self.workers.values()))
+
+    def routed(self) -> dict[str, int]:
+        """Answers per worker as smg reported them (``x-smg-routed-worker-id``)."""
+        route = getattr(getattr(self.through, "http", None), "gateway", None)
+        return dict(route.routed) if route is not None else {}
+
+    async def check_workers(self, *, server: str) -> dict[str, dict[str, Any]]:
+        """Teacher-force ``PROBE_TEXT`` on every worker directly and refuse (exit 2) an arm whose
+        workers of one role answer differently, naming the odd worker."""
+        tokens = await self.through.tokenize(PROBE_TEXT)
+        by_role: dict[str, dict[str, Sequence[Position]]] = {}
+        for url, scorer in self.workers.items():
+            positions = await scorer.token_distributions(tokens, start=1, top_k=PROBE_TOP_K)
+            by_role.setdefault(self.roles.get(url, "regular"), {})[url] = positions
+        for role, probes in by_role.items():
+            found, odd = compare_workers(probes, tolerance=self.tolerance)
+            self.probe |= {u: {**f, "role": role} for u, f in found.items()}
+            if odd:
+                ref, url = next(iter(probes)), odd[0]
+                kld = found[url].get("mean_kld")
+                said = (
+                    f"mean KL {kld:.3g} nats/token" if kld is not None else "a different number of positions"
+                )
+                raise ConfigError(
+                    f"the {server} arm mixes workers: {url} answers a fixed probe differently from {ref} "
+                    f"({said}, above the tolerance {self.tolerance:g}; top-1 agrees "
+                    f"{found[url].get('top1_agree', '?')}), so an item's score would depend on which "
+                    "worker the gateway picked",
+                    fix=f"give every {role} worker of the {server} the same weights, KV cache type and "
+                    "kernels (restart the odd one), or raise [gateway] worker_kld_tolerance if the "
+                    "workers are known to differ only in run-to-run noise",
+                    detail="\n".join(f"  {u}: {v}" for u, v in found.items()),
+                )
+        return self.probe
+
+    async def preflight(self, *, server: str, chat: bool = True) -> PreflightReport:
+        """The usual preflight through the gateway, then the workers' probe."""
+        report = await preflight(self, server=server, chat=chat)
+        probe = await self.check_workers(server=server)
+        worst = max((v.get("mean_kld") or 0.0 for v in probe.values()), default=0.0)
+        report.add(
+            "workers answer alike",
+            True,
+            f"{len(probe)} workers, a fixed probe: worst mean KL {worst:.3g} <= {self.tolerance:g}",
+        )
+        return report
