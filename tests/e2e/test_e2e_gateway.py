@@ -110,13 +110,13 @@ def test_attached_gateways_score_like_one_server_and_a_mixed_arm_is_refused(
     monkeypatch.setenv("EVALGATE_CANDIDATE_API_KEY", key)
     with contextlib.ExitStack() as stack:
         up: dict[str, list[Any]] = {}
-        for variant in ("bf16", "fp8kv"):
+        for first, variant in ((0, "bf16"), (2, "fp8kv")):  # one served name: only the KV type differs
             spec = engine.launch_spec(parse_variant(variant))
             up[variant] = [
                 stack.enter_context(
-                    engine.launch(spec, name=f"ext-{variant}", log_dir=tmp_path, worker=WorkerSlot(i, 2, key))
+                    engine.launch(spec, name="ext", log_dir=tmp_path, worker=WorkerSlot(i, 4, key))
                 )
-                for i in range(2)
+                for i in (first, first + 1)
             ]
         base = stack.enter_context(gateway_over(up["bf16"], "ext-bf16", key, tmp_path))
         cand = stack.enter_context(gateway_over(up["fp8kv"], "ext-fp8kv", key, tmp_path))
