@@ -33,6 +33,7 @@ from evalgate.redact import BODY_EXCERPT, payload_texts, redact, redact_url
 __all__ = [
     "GATEWAY_PATHS",
     "MAX_ANSWER_BYTES",
+    "ROUTED_TO",
     "ROUTING_KEY",
     "GatewayRoute",
     "HttpClient",
@@ -59,6 +60,12 @@ ROUTING_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("evalga
 it as ``X-SMG-Routing-Key`` so that smg's consistent_hashing policy sends every request of an item
 to one worker. A context variable, not an argument: it crosses the engines' scorers untouched, and
 each asyncio task (one item) sees only its own."""
+
+ROUTED_TO: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "evalgate_routed_to", default=None
+)
+"""The list the compare loop sets around one item: a gateway client appends the worker smg named
+for each of the item's answers, so the record says where it was scored."""
 
 ROUTED_HEADER = "x-smg-routed-worker-id"
 """smg names the worker that served a proxied request in this response header (header_utils.rs)."""
@@ -171,7 +178,11 @@ class HttpClient:
                             raise self._redirected(method, path, resp, payload)
                         if resp.status < 400:
                             if self.gateway is not None and path in GATEWAY_PATHS:
-                                self.gateway.routed[resp.headers.get(ROUTED_HEADER) or "?"] += 1
+                                worker = resp.headers.get(ROUTED_HEADER) or "?"
+                                self.gateway.routed[worker] += 1
+                                seen = ROUTED_TO.get()
+                                if seen is not None:
+                                    seen.append(worker)
                             return _json(await self._read_capped(method, path, resp))
                         raw = await resp.content.read(_MAX_BODY)
                         body = self._clean(raw.decode("utf-8", errors="replace"), payload)

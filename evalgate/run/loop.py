@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from evalgate.engines import Scorer
 from evalgate.engines.attach import preflight_all
-from evalgate.engines.client import RequestFailed
+from evalgate.engines.client import ROUTED_TO, RequestFailed
 from evalgate.errors import EvalgateError, InfraError, InvalidResponse, PreflightError
 from evalgate.redact import env_secrets, redact
 from evalgate.run.plan import RunPlan, check_resumed_server, check_resumed_tokenizer
@@ -318,6 +318,8 @@ async def run_suite(
     async def one(item: Item) -> None:
         async with sem:
             t0 = time.perf_counter()
+            routes: list[str] = []  # an arm behind smg: the workers that served this item
+            ROUTED_TO.set(routes)  # this item's own task: no other item sees it
             res, error = await _answer(suite, item, scorer, plan.options)
             if error is not None:  # kept as an excerpt, without keys or private text
                 error = redact(error, secrets=secrets, private=item.secrets, limit=400)
@@ -337,7 +339,11 @@ async def run_suite(
                 tokens=res.tokens if res else {},
                 latency_s=round(time.perf_counter() - t0, 4),
                 error=error,
-                extra={**item.extra, **(res.extra if res else {})},
+                extra={
+                    **item.extra,
+                    **(res.extra if res else {}),
+                    **({"workers": sorted(set(routes))} if routes else {}),
+                },
             )
             store.append(record)
             written.append(record)

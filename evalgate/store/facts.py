@@ -86,6 +86,11 @@ class RecordExtra(Facts):
         description="Imported from lm-eval --log_samples: the sample's task, doc_id and doc_hash.",
     )
     subject: str | None = Field(None, description="mmlu (grouped tasks): the item's subject.")
+    workers: list[str] | None = Field(
+        None,
+        description="An arm behind smg: the worker(s) smg said served the item's requests "
+        "(x-smg-routed-worker-id; one under consistent_hashing).",
+    )
     grader: str | None = Field(None, description="A private exam: the item's grader.")
     category: str | None = Field(None, description="tool_calls: the case's BFCL category.")
     tool_prefill: bool | None = Field(

@@ -75,6 +75,14 @@ def test_launched_workers_behind_smg_score_like_one_server(
             p.name for p in (tmp_path / "run" / "logs").iterdir()
         }
     assert "--disable-retries" in manifest["arms"]["baseline"]["command"]
+    served: dict[str, set[str]] = {"baseline": set(), "candidate": set()}
+    for path in (tmp_path / "run" / "items").glob("*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            assert len(r["extra"]["workers"]) == 1, r["extra"]  # one key, one worker per item
+            served[r["arm"]] |= set(r["extra"]["workers"])
+    for arm, urls in served.items():
+        assert urls <= {w["url"] for w in manifest["arms"][arm]["server"]["gateway"]["workers"]}
 
 
 @contextlib.contextmanager
