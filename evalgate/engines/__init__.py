@@ -73,9 +73,11 @@ def _sglang(cfg: EvalgateConfig) -> Engine:
 
 
 def _vllm(cfg: EvalgateConfig) -> Engine:
-    from evalgate.engines.vllm import VLLMEngine
+    from evalgate.engines.vllm import VLLMCPUEngine, VLLMEngine
 
-    return _arms_of(VLLMEngine(cfg.vllm), cfg.vllm.workers, cfg.vllm.deterministic, cfg)
+    c = cfg.vllm
+    engine = VLLMCPUEngine(c) if c.device == "cpu" else VLLMEngine(c)  # CPU: engines/vllm/_cpu.py
+    return _arms_of(engine, c.workers, c.deterministic, cfg)
 
 
 class EngineRegistry:

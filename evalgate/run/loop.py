@@ -228,14 +228,9 @@ async def _run_group(
 
 def _gateway_facts(plan: RunPlan, arm: str, scorer: Scorer) -> None:
     """An arm behind smg: each worker's answer to the fixed probe, and answers per worker."""
-    server = plan.manifest.arms[arm].server
-    probe, routed = getattr(scorer, "probe", None), getattr(scorer, "routed", None)
-    if server.gateway is None or not callable(routed):
-        return
-    counts = dict(server.gateway.get("routed") or {})
-    for worker, n in routed().items():
-        counts[worker] = counts.get(worker, 0) + n
-    server.gateway = {**server.gateway, "probe": probe or server.gateway.get("probe"), "routed": counts}
+    routed = getattr(scorer, "routed", None)
+    if callable(routed):
+        plan.manifest.arm_routed(arm, probe=getattr(scorer, "probe", None), routed=routed())
 
 
 async def _run_blocks(

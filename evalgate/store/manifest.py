@@ -306,6 +306,21 @@ class Manifest(BaseModel):
         info.tokenizer_fingerprint = tokenizer_fingerprint
         info.preflight = list(checks)
 
+    def arm_routed(self, arm: str, *, probe: Mapping[str, Any] | None, routed: Mapping[str, int]) -> None:
+        """An arm behind smg: each worker's answer to the fixed probe, and answers per worker
+        (added to those of earlier sessions of the run)."""
+        server = self.arms[arm].server
+        if server.gateway is None:
+            return
+        counts = dict(server.gateway.get("routed") or {})
+        for worker, n in routed.items():
+            counts[worker] = counts.get(worker, 0) + n
+        server.gateway = {
+            **server.gateway,
+            "probe": dict(probe or {}) or server.gateway.get("probe"),
+            "routed": counts,
+        }
+
     def suite_flushed(self, arm: str, suite: str, outcome: str) -> None:
         """Before the arm's first item of ``suite``: 'flushed', or why the prefix cache was not."""
         server = self.arms[arm].server

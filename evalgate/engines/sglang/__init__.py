@@ -8,8 +8,8 @@ that check evalgate's flags (``_parser``). On the CPU: the real SGLang from its 
 from evalgate.engines.sglang._attach import DIALECT
 from evalgate.engines.sglang._bench_serving import bench_serving_command, parse_bench_serving, run_levels
 from evalgate.engines.sglang._capacity import server_info_capacity, sglang_capacity
-from evalgate.engines.sglang._cpu import SGLangCPUEngine
-from evalgate.engines.sglang._cpu_install import install_sglang_cpu
+from evalgate.engines.sglang._cpu import SGLangCPUEngine, checkpoint_dir
+from evalgate.engines.sglang._cpu_install import install_sglang_cpu, run_step
 from evalgate.engines.sglang._diagnose import TESTED_VERSION, diagnose
 from evalgate.engines.sglang._engine import KV_DTYPES, QUANT_KEYS, SGLangEngine
 from evalgate.engines.sglang._parser import PARSER_PACKAGES, install_parsers, parser_dir
@@ -34,6 +34,7 @@ __all__ = [
     "SGLangEngine",
     "SGLangScorer",
     "bench_serving_command",
+    "checkpoint_dir",
     "diagnose",
     "fetch_server_info",
     "get_server_info",
@@ -44,6 +45,7 @@ __all__ = [
     "parser_dir",
     "read_server_info",
     "run_levels",
+    "run_step",
     "server_info_capacity",
     "server_limits",
     "sglang_capacity",

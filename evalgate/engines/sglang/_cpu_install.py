@@ -36,7 +36,7 @@ from evalgate.engines.sglang._diagnose import TESTED_VERSION
 from evalgate.engines.sglang._standin import standin_files
 from evalgate.errors import InfraError
 
-__all__ = ["LEAN_PACKAGES", "TORCH", "install_sglang_cpu"]
+__all__ = ["LEAN_PACKAGES", "TORCH", "install_sglang_cpu", "run_step"]
 
 TORCH = ("torch==2.14.1", "torchvision==0.29.1")
 """SGLang 0.5.23's own torch pin, and the torchvision built with it: SGLang imports torchvision at
@@ -143,7 +143,8 @@ def _timed(step: Callable[[], str]) -> tuple[str, float]:
     return what, time.monotonic() - start
 
 
-def _run(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> str:
+def run_step(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> str:
+    """One setup command, its output on success, an InfraError with its tail otherwise."""
     # in the venv's folder and with PYTHONSAFEPATH: run from evalgate's checkout, `python -c`
     # would put its kernels/ folder first on sys.path, where transformers' probe for Hugging
     # Face's `kernels` package imports it
@@ -164,7 +165,7 @@ def _run(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> str:
 def _venv(root: Path, python: Path) -> str:
     if python.exists():
         return f"{root / 'venv'} (kept)"
-    _run(
+    run_step(
         [sys.executable, "-m", "venv", str(root / "venv")],
         "creating the SGLang venv",
         "check that Python's venv module is installed (Debian: apt-get install python3-venv)",
@@ -179,14 +180,14 @@ def _packages(root: Path, python: Path) -> str:
         return f"{SGLANG}, {TORCH[0]} (kept)"
     fix = "check the network and the package index (PyPI), then run `evalgate setup --sglang-cpu` again"
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run([*pip, "--only-binary=:all:", *TORCH, *LEAN_PACKAGES], "installing SGLang's requirements", fix)
-    _run([*pip, "--no-deps", SGLANG], f"installing {SGLANG}", fix)
+    run_step([*pip, "--only-binary=:all:", *TORCH, *LEAN_PACKAGES], "installing SGLang's requirements", fix)
+    run_step([*pip, "--no-deps", SGLANG], f"installing {SGLANG}", fix)
     stamp.write_text(wanted)
     return f"{SGLANG} --no-deps, {' '.join(TORCH)}, {len(LEAN_PACKAGES)} requirements"
 
 
 def _standin(python: Path) -> str:
-    out = _run(
+    out = run_step(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         "finding the venv's site-packages",
         "delete the venv folder and run `evalgate setup --sglang-cpu` again",
@@ -205,7 +206,7 @@ def _standin(python: Path) -> str:
 
 
 def _import_check(python: Path) -> str:
-    out = _run(
+    out = run_step(
         [str(python), "-c", IMPORT_CHECK],
         "importing SGLang's server in its venv",
         "a requirement is missing from evalgate/engines/sglang/_cpu_install.py LEAN_PACKAGES, or the "
@@ -238,7 +239,7 @@ def _checkpoint(root: Path, python: Path, weights: str) -> str:
         )
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    _run(
+    run_step(
         [str(python), str(script), str(gguf), str(tmp), "--dtype", "bfloat16"],
         f"converting {gguf.name} to a Hugging Face checkpoint",
         "see the script's message above; `python scripts/gguf_to_hf.py --help`",

@@ -1,6 +1,12 @@
-"""vLLM's KV pool as its log states it, sized from free GPU memory at startup: ``GPU KV cache size:
+"""vLLM's KV pool as its log states it, sized from free memory at startup: ``GPU KV cache size:
 N tokens`` and ``Available KV cache memory: X GiB`` (one line per engine core / worker) on the v1
-engine, or ``# GPU blocks: N`` on v0; ``Maximum concurrency for L tokens per request: Xx``."""
+engine, or ``# GPU blocks: N`` on v0; ``Maximum concurrency for L tokens per request: Xx``.
+
+The device in the size line is "GPU" only on CUDA: vLLM writes ``device_type.upper()`` otherwise
+("CPU", "XPU"), plus " + host" with a host pool (0.32.0 ``_kv_cache_device_name`` and
+``update_kv_cache_capacity`` in ``v1/core/kv_cache_utils.py``). The CPU worker states its memory as
+``Explicitly set (X/Y) GiB for KV cache`` (VLLM_CPU_KVCACHE_SPACE) or ``Auto set (X/Y) GiB ...``
+(``v1/worker/cpu_worker.py``), X the KV cache and Y the node's RAM, never ``Available KV cache memory``."""
 
 from __future__ import annotations
 
@@ -11,11 +17,16 @@ from evalgate.engines._logs import GIB_TO_MIB, number, per_tag
 
 __all__ = ["vllm_capacity"]
 
+_TOKENS = r"\b[A-Z]+(?: \+ host)? KV cache size: ([\d,]+) tokens"
+_GPU_MEM = r"Available KV cache memory: ([\d.]+) GiB"
+_CPU_MEM = r"(?:Explicitly|Auto) set \(([\d.]+)/[\d.]+\) GiB for KV cache"
+
 
 def vllm_capacity(log: str) -> dict[str, Any] | None:
-    """vLLM: the v1 engine's ``GPU KV cache size: N tokens``, else v0's ``# GPU blocks``."""
+    """vLLM: the v1 engine's ``GPU KV cache size: N tokens`` (``CPU`` ... on the CPU), else v0's
+    ``# GPU blocks``."""
     core = r"\((?:EngineCore\w*|Worker\w*|VllmWorker\w*)(?: pid=\d+)?\)"
-    tokens = per_tag(r"GPU KV cache size: ([\d,]+) tokens", log, core)
+    tokens = per_tag(_TOKENS, log, core)
     source = "vllm log"
     if not tokens:
         blocks = per_tag(r"# (?:GPU|cuda|CUDA) blocks: (\d+)", log, core)
@@ -24,7 +35,7 @@ def vllm_capacity(log: str) -> dict[str, Any] | None:
         size = re.search(r"block_size=(\d+)", log)
         tokens = {k: b * (int(size.group(1)) if size else 16) for k, b in blocks.items()}
         source = "vllm log (GPU blocks x block size)"
-    mem = per_tag(r"Available KV cache memory: ([\d.]+) GiB", log, core)
+    mem = per_tag(_GPU_MEM, log, core) or per_tag(_CPU_MEM, log, core)
     conc = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log)
     dtype = re.search(r"kv_cache_dtype=(\w+)", log)
     return {

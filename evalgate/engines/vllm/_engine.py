@@ -104,6 +104,8 @@ class VLLMEngine(GPUEngine):
             "--generation-config": s.generation_config,
             "--disable-uvicorn-access-log": None,  # one line per request would bury the startup log
         }
+        if s.enforce_eager:  # the CPU engine turns it on when unset (_cpu.py)
+            args["--enforce-eager"] = None
         if KV_DTYPES[variant.kv]:
             args["--kv-cache-dtype"] = KV_DTYPES[variant.kv]
         for flag, value in (

@@ -3,8 +3,11 @@
 Loglikelihood: ``/v1/completions`` with token-id prompts, ``echo``, ``max_tokens: 0`` and
 ``prompt_logprobs``. vLLM then answers the prompt's logprobs and generates nothing (0.33.0
 ``OpenAIServingCompletion.request_output_to_completion_response``): ``choices[i].prompt_logprobs``
-holds one ``{token_id: {logprob, rank, decoded_token}}`` per prompt token, the first None, and rank 1
-means greedy. A question's choices go as one list of prompts, answered in order by ``index``.
+holds one ``{token_id: {logprob, rank, decoded_token}}`` per prompt token, the first None. Greedy
+is rank 1, or a logprob equal to the best listed: vLLM's rank counts the tokens at least as likely
+(``batched_count_greater_than`` in ``v1/sample/ops/logprobs.py``), so a token tied for best (bf16
+logits tie exactly) has rank 2 or more. A question's choices go as one list of prompts, answered in
+order by ``index``.
 
 The chat template is observed with ``/tokenize`` given ``messages`` (rendered as a chat completion
 would be, then encoded) and ``/detokenize``, which keeps special tokens. vLLM's ``/tokenize``,
@@ -34,6 +37,7 @@ prefill their context again.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
@@ -65,6 +69,12 @@ __all__ = [
 ]
 
 _SETTINGS = "evalgate.toml [vllm]"
+
+_OVER_MAX = re.compile(
+    r"Requested (?:prompt |sample )?logprobs of (\d+), which is greater than max allowed: (\d+)"
+)
+"""vLLM's refusal of more logprobs per position than its ``--max-logprobs`` (0.32.0
+``SamplingParams._validate_logprobs``), quoted in the 400's body."""
 
 
 def loglikelihood_payload(splits: Sequence[tuple[list[int], list[int]]], model: str | None) -> dict[str, Any]:
@@ -166,9 +176,10 @@ def _misaligned(server: str, n: int, what: str) -> NoReturn:
 
 
 def _top1(picked: dict[str, Any], position: dict[str, Any]) -> bool:
-    """Greedy: vLLM's rank is 1 (ties count), or without a rank no other candidate scores higher."""
-    if picked.get("rank") is not None:
-        return int(picked["rank"]) == 1
+    """Greedy: vLLM's rank is 1, or no candidate listed at this position scores higher. The second
+    is needed because vLLM ranks a token tied for best 2 or more (module docstring)."""
+    if picked.get("rank") is not None and int(picked["rank"]) == 1:
+        return True
     return float(picked["logprob"]) >= max(float(v["logprob"]) for v in position.values())
 
 
@@ -197,10 +208,28 @@ class VLLMScorer(BatchScorer):
         data = await self.http.post("/detokenize", self._with_model({"tokens": tokens}))
         return str(data["prompt"])
 
+    async def _logprobs(self, body: dict[str, Any]) -> Any:
+        """``/v1/completions`` asking for logprobs; vLLM's refusal of more than its ``--max-logprobs``
+        gets a fix naming that flag, which evalgate does not set (vLLM's default is 20)."""
+        try:
+            return await self.http.post("/v1/completions", body)
+        except RequestFailed as exc:
+            over = _OVER_MAX.search(str(exc))
+            if over is None:
+                raise
+            fewer = f", or lower [suites.drift] top_k to {over[2]} or less" if int(over[2]) > 0 else ""
+            raise RequestFailed(
+                str(exc),
+                fix=f"this vLLM serves at most {over[2]} logprobs per position: start it with "
+                f"--max-logprobs {over[1]} or more (a variant's args in evalgate.toml, or the attached "
+                f"server's own flags){fewer}",
+                detail=exc.detail,
+            ) from exc
+
     async def _score_splits(self, splits: list[Split]) -> list[LogLik]:
         """One ``/v1/completions`` with a list of prompts, so vLLM's prefix cache computes the
         context once; the choices come back in any order, each with its ``index``."""
-        data = await self.http.post("/v1/completions", loglikelihood_payload(splits, self.model))
+        data = await self._logprobs(loglikelihood_payload(splits, self.model))
         with parsing(self.server, "/v1/completions choices"):
             choices = sorted(data.get("choices") or [], key=lambda c: int(c.get("index", 0)))
         if len(choices) != len(splits):
@@ -220,9 +249,7 @@ class VLLMScorer(BatchScorer):
         _, forced = forced_split(tokens, start, top_k)
         if not forced:
             return []
-        data = await self.http.post(
-            "/v1/completions", distributions_payload(tokens, top_k=top_k, model=self.model)
-        )
+        data = await self._logprobs(distributions_payload(tokens, top_k=top_k, model=self.model))
         with parsing(self.server, "/v1/completions choices"):
             choices = data.get("choices") or []
         if len(choices) != 1:

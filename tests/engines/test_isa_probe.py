@@ -1,0 +1,77 @@
+"""The instruction-set probe runs an instruction rather than trusting /proc/cpuinfo, and the vLLM
+CPU engine refuses, before launch, the variants this CPU cannot execute (#35)."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import pytest
+
+from evalgate.config import VLLMConfig
+from evalgate.engines._isa import PROBES, IsaReport, cpu_flags, executes, isa_report, require_any
+from evalgate.engines.vllm import VLLMCPUEngine
+from evalgate.errors import ConfigError
+from evalgate.variants import parse_variant
+
+x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 machine code")
+
+
+@x86
+def test_an_illegal_instruction_is_seen_as_sigill_and_a_plain_one_runs() -> None:
+    assert executes(bytes.fromhex("0f0bc3")) is False  # ud2: SIGILL on every x86 CPU
+    assert executes(bytes.fromhex("90c3")) is True  # nop; ret
+
+
+@x86
+def test_what_is_advertised_is_tried() -> None:
+    report = isa_report()
+    for flag in PROBES:
+        if flag not in report.advertised:
+            assert report.executed[flag] is None and not report.usable(flag)
+    if "avx2" in cpu_flags():
+        assert report.executed["avx2"] is True  # every machine here has run AVX2
+
+
+def test_an_advertised_set_that_does_not_execute_is_not_usable(tmp_path: Path) -> None:
+    """The machine that advertised AMX and could not run it: the flag alone would have passed."""
+    report = IsaReport(frozenset({"avx2", "amx_tile"}), {"avx2": True, "avx512f": None, "amx_tile": False})
+    assert not report.usable("amx_tile") and "AMX: advertised but SIGILL when run" in report.describe()
+    with pytest.raises(ConfigError) as err:
+        require_any(("avx512f", "amx_tile"), what="an FP8 KV cache", fix="elsewhere", report=report)
+    assert err.value.exit_code == 2 and "AVX-512 or AMX" in str(err.value)
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+AVX2_ONLY = IsaReport(frozenset({"avx2"}), {"avx2": True, "avx512f": None, "amx_tile": None})
+AVX512 = IsaReport(frozenset({"avx2", "avx512f"}), {"avx2": True, "avx512f": True, "amx_tile": None})
+
+
+def _engine(tmp_path: Path, isa: IsaReport) -> VLLMCPUEngine:
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return VLLMCPUEngine(VLLMConfig(device="cpu", cpu_dir=str(tmp_path), model=str(model)), isa=isa)
+
+
+def test_vllm_cpu_refuses_fp8_kv_without_avx512_and_launches_it_with(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, AVX2_ONLY)
+    with pytest.raises(ConfigError, match="needs AVX-512 or AMX"):
+        engine.launch_spec(parse_variant("fp8kv"))
+    with pytest.raises(ConfigError, match="needs AVX-512 or AMX"):
+        engine.launch_spec(parse_variant("fp8"))
+    spec = engine.launch_spec(parse_variant("bf16"))
+    args, env = dict(spec.args), dict(spec.env)
+    assert "--enforce-eager" in args and env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    command = engine.command(spec, port=8000, api_key="k")
+    assert command[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model"]  # not `vllm serve`
+    fp8 = dict(_engine(tmp_path / "b", AVX512).launch_spec(parse_variant("fp8kv")).args)
+    assert fp8["--kv-cache-dtype"] == "fp8_e4m3"
+
+
+def test_vllm_cpu_kv_space_is_whole_gib() -> None:
+    with pytest.raises(ValueError):
+        VLLMConfig(device="cpu", cpu_kv_cache_gib=1.5)  # vLLM reads it with int()
