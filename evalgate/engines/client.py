@@ -170,9 +170,9 @@ class HttpClient:
         for attempt in range(self.retry.attempts):
             async with self._sem:
                 try:
-                    url, body, headers = self._address(path, payload)
+                    url, sent, headers = self._address(path, payload)
                     async with self._session().request(
-                        method, url, json=body, headers=headers, allow_redirects=False
+                        method, url, json=sent, headers=headers, allow_redirects=False
                     ) as resp:
                         if 300 <= resp.status < 400:
                             raise self._redirected(method, path, resp, payload)

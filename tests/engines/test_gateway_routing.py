@@ -275,6 +275,14 @@ def test_check_workers_passes_alike_workers_and_probes_each_with_the_gateways_to
     assert all(w.probed == [(tokens, 1, 8)] for w in workers.values())
 
 
+def test_workers_probe_without_their_prompt_cache_and_the_gateway_keeps_its() -> None:
+    """llama.cpp's logprobs move with the prompt-cache state: the probe must not depend on it."""
+    through, worker = ProbeDouble(), ProbeDouble()
+    through.cache_prompt = worker.cache_prompt = True  # type: ignore[attr-defined]
+    GatewayScorer(through, {"http://w0": worker})
+    assert worker.cache_prompt is False and through.cache_prompt is True  # type: ignore[attr-defined]
+
+
 def test_check_workers_refuses_a_mixed_arm_naming_the_odd_worker() -> None:
     workers = {
         "http://w0": ProbeDouble(),

@@ -247,12 +247,10 @@ class ExternalEngine(Engine):
         workers = gateway["workers"]
         first = handle.info["servers"][handle.base_url]
         through = scorer_for(handle.base_url, first, {**first, "gateway": gateway}, handle.name)
-        direct = {}
-        for w in workers:
-            scorer = scorer_for(w["url"], w["fingerprint"], w["fingerprint"], f"{handle.name} ({w['url']})")
-            if hasattr(scorer, "cache_prompt"):  # the probe must not depend on a worker's cache state
-                scorer.cache_prompt = False
-            direct[w["url"]] = scorer
+        direct = {
+            w["url"]: scorer_for(w["url"], w["fingerprint"], w["fingerprint"], f"{handle.name} ({w['url']})")
+            for w in workers
+        }
         roles = {w["url"]: w["role"] for w in workers}
         return GatewayScorer(through, direct, roles=roles, tolerance=self.worker_kld_tolerance)
 

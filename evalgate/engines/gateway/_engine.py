@@ -134,12 +134,7 @@ class GatewayEngine(Engine):
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> GatewayScorer:
         workers = getattr(handle, "workers", [])
-        direct = {}
-        for w in workers:
-            scorer = self.inner.scorer(w, seed=seed)
-            if hasattr(scorer, "cache_prompt"):  # the probe must not depend on a worker's cache state
-                scorer.cache_prompt = False
-            direct[w.base_url] = scorer
+        direct = {w.base_url: self.inner.scorer(w, seed=seed) for w in workers}
         roles = {str(w["url"]): str(w.get("role") or "regular") for w in handle.info["gateway"]["workers"]}  # type: ignore[index]
         return GatewayScorer(
             self.inner.scorer(handle, seed=seed),

@@ -76,6 +76,9 @@ class GatewayScorer(Scorer):
         tolerance: float = 1e-5,
     ) -> None:
         self.through, self.workers = through, dict(workers)
+        for scorer in self.workers.values():
+            if hasattr(scorer, "cache_prompt"):  # llama.cpp: the probe must not depend on a worker's cache
+                scorer.cache_prompt = False
         self.roles = dict(roles or {})
         self.tolerance = tolerance
         self.concurrency = int(through.concurrency) * max(1, len(self.workers))
