@@ -80,6 +80,9 @@ def test_each_part_and_tier_is_timed_after_pytests_own_summary(tmp_path: Path) -
         assert row in table, (row, table)
     totals = [line.split()[0] for line in lines if " total " in line]
     assert totals == ["install", "tests", "lint", "all"]
+    slowest = lines.index("slowest 3 tests (setup + call + teardown, seconds)")
+    assert {line.split()[-1] for line in lines[slowest + 1 : slowest + 4]} == {
+        "t/test_tiers.py::test_fast", "t/test_tiers.py::test_slow", "t/test_tiers.py::test_sglang"}  # fmt: skip
     assert lines[-1] == "tests: 3 passed, 0 failed, 0 skipped"  # the plain closing line CI reads
 
 

@@ -7,7 +7,8 @@ prints nothing (pytest's summary stays its last line) and does nothing without t
 The table ends with the counts as one plain line (``tests: N passed, N failed, N skipped``), so
 the closing line of CI's output still says how many tests ran.
 A test's tier is ``sglang_cpu`` if it has that marker, else ``e2e``, else ``fast``; its time is
-its setup, call and teardown (module fixtures count to the module's first test).
+its setup, call and teardown (module fixtures count to the module's first test). The ten
+slowest tests follow, so a CI log says where its minutes went.
 
 Without pytest importable (.ci/run prints the table even when the install failed):
 ``python3 -m tests.helpers.phase_timer PHASES_TSV [PYTEST_JSON]``.
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 ENV = "EVALGATE_PHASE_TIMES"
 TIERS = ("fast", "e2e", "sglang_cpu")
+SLOWEST = 10
 
 
 class PhaseTimer:
@@ -37,6 +39,7 @@ class PhaseTimer:
         self.start = time.monotonic()
         self.collect_s = 0.0
         self.tier_of: dict[str, str] = {}
+        self.per_test: dict[str, float] = {}
         self.tiers: dict[str, dict[str, Any]] = {
             t: {"tests": 0, "seconds": 0.0, "passed": 0, "failed": 0, "skipped": 0} for t in TIERS
         }
@@ -50,6 +53,7 @@ class PhaseTimer:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         row = self.tiers[self.tier_of.get(report.nodeid, "fast")]
         row["seconds"] += report.duration
+        self.per_test[report.nodeid] = self.per_test.get(report.nodeid, 0.0) + report.duration
         if report.when == "call" or (report.when == "setup" and not report.passed):
             row[report.outcome] += 1
             row["tests"] += 1
@@ -62,6 +66,10 @@ class PhaseTimer:
             "wall_s": round(time.monotonic() - self.start, 1),
             "collect_s": round(self.collect_s, 1),
             "tiers": {t: {**r, "seconds": round(r["seconds"], 1)} for t, r in self.tiers.items()},
+            "slowest": [
+                [nodeid, round(s, 1)]
+                for nodeid, s in sorted(self.per_test.items(), key=lambda kv: -kv[1])[:SLOWEST]
+            ],
         }
         self.out.write_text(json.dumps(doc, indent=2) + "\n")
 
@@ -84,6 +92,15 @@ def _tier_rows(path: Path | None) -> list[tuple[str, str, float | None]]:
             what = f"{r['passed']} passed, {r['failed']} failed, {r['skipped']} skipped"
             rows.append(("", f"  {tier} tests ({what})", r["seconds"]))
     return rows
+
+
+def _slowest(path: Path | None) -> list[str]:
+    if path is None or not path.is_file():
+        return []
+    slowest = json.loads(path.read_text()).get("slowest") or []
+    return ["", f"slowest {len(slowest)} tests (setup + call + teardown, seconds)"] + [
+        f"{seconds:>8.0f}  {nodeid}" for nodeid, seconds in slowest
+    ]
 
 
 def phase_of(step: str) -> str:
@@ -117,6 +134,7 @@ def table(phases: Path, pytest_json: Path | None = None) -> str:
     out = ["", "CI phases (wall seconds)", f"{'phase':<8} {'step':<{width}} {'seconds':>8}"]
     for phase, step, seconds in rows:
         out.append(f"{phase:<8} {step:<{width}} {seconds:>8.0f}" if seconds is not None else "")
+    out += _slowest(pytest_json)
     if pytest_json is not None and pytest_json.is_file():  # the closing line CI reads for the counts
         tiers = json.loads(pytest_json.read_text())["tiers"].values()
         n = {k: sum(r[k] for r in tiers) for k in ("passed", "failed", "skipped")}
