@@ -167,6 +167,9 @@ class GPUConfig(BaseModel):
         description="Servers per arm (data-parallel workers); more than 1 starts them behind one smg gateway "
         "per arm ([gateway]), each on its share of the arm's GPUs.",
     )
+    kv_scales_path: str | None = Field(
+        None, description="FP8 KV scales of fp8kv arms (SGLang: a JSON file; vLLM: a scaled model copy)."
+    )
     deterministic: bool = Field(
         False,
         description="Batch-invariant kernels on both arms (SGLang --enable-deterministic-inference, vLLM "
@@ -187,9 +190,6 @@ class SGLangConfig(GPUConfig):
     random_seed: int = Field(1234, description="--random-seed of both arms.")
     context_length: int | None = Field(
         None, ge=1, description="--context-length of both arms; None: the model's own."
-    )
-    kv_scales_path: str | None = Field(
-        None, description="FP8 KV scales JSON (kernels/fp8_kv/sglang_json.py), passed to fp8kv arms only."
     )
     device: Literal["cpu"] | None = Field(
         None,

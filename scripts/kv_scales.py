@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Calibrate FP8 KV-cache scales for a Hugging Face checkpoint and write SGLang's scale file.
 
-    python scripts/kv_scales.py CHECKPOINT_DIR OUT.json [--texts FILE] [--margin 1.2] [--tp-size 1]
+    python scripts/kv_scales.py CHECKPOINT_DIR [OUT.json] [--vllm-checkpoint DIR] [--margin 1.2] [--tp-size 1]
 
 Runs the checkpoint with transformers over calibration texts (the ARC-Easy and GSM8K *train*
 questions in --data-dir, never the gated test items; else a few built-in lines), takes every layer's K (after RoPE, as the
@@ -10,16 +10,20 @@ cache holds it) and V from the returned cache, and keeps the running amax per la
 larger of K and V (SGLang uses one scale for both); ``--margin`` (default 1.2, documented in
 docs/engines.md) leaves headroom above the largest value seen. The file is SGLang's
 ``--quantization-param-path`` format and is validated as SGLang would before it is written.
+``--vllm-checkpoint DIR`` (with or instead of OUT.json) writes a copy of the checkpoint that carries
+the same calibration as vLLM 0.32 reads it, K and V scales apart (scripts/kv_scales_vllm.py).
 Needs torch and transformers (as scripts/gguf_to_hf.py does); a GPU is used when there is one.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 FALLBACK_TEXTS = (
@@ -63,6 +67,22 @@ def write_scales(
     return load_sglang_kv_scales(out, num_layers=scales.num_layers, model_type=model_type)
 
 
+def vllm_writer() -> ModuleType:
+    """scripts/kv_scales_vllm.py, loaded from beside this file (scripts/ is no package)."""
+    path = Path(__file__).resolve().with_name("kv_scales_vllm.py")
+    spec = importlib.util.spec_from_file_location("kv_scales_vllm", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_vllm_scales(calibrator: Any, checkpoint: Path, out: Path, *, margin: float) -> dict[str, float]:
+    """Write the vLLM copy of ``checkpoint`` to ``out``; returns {tensor name: scale}."""
+    return vllm_writer().write_vllm_checkpoint(checkpoint, out, calibrator.scales(margin=margin))
+
+
 def texts_from(data_dir: Path | None, limit: int) -> list[str]:
     """Question texts from the shared benchmark data when present, else FALLBACK_TEXTS."""
     out: list[str] = []
@@ -80,12 +100,21 @@ def texts_from(data_dir: Path | None, limit: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("checkpoint", type=Path)
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?", help="SGLang's scale file")
+    parser.add_argument("--vllm-checkpoint", type=Path, default=None, help="write vLLM's scaled copy here")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--texts", type=int, default=64, help="calibration texts (default 64)")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     parser.add_argument("--tp-size", type=int, default=1)
     args = parser.parse_args(argv)
+    if args.out is None and args.vllm_checkpoint is None:
+        parser.error("give OUT.json (SGLang), --vllm-checkpoint DIR (vLLM), or both")
+    if args.vllm_checkpoint is not None:
+        try:
+            vllm_writer().preflight(args.checkpoint, args.vllm_checkpoint)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -107,13 +136,25 @@ def main(argv: list[str] | None = None) -> int:
                 yield cache_pairs(model(ids, use_cache=True).past_key_values)
 
     calibrator = calibrate(batches(), num_layers=int(config["num_hidden_layers"]), num_kv_heads=heads)
-    scales = write_scales(
-        calibrator, args.out, model_type=config.get("model_type"), margin=args.margin, tp_size=args.tp_size
-    )
-    values = list(scales.values())
-    print(
-        f"kv scales: {len(values)} layers, {min(values):.4g}..{max(values):.4g} (margin {args.margin}) -> {args.out}"
-    )
+    if args.out is not None:
+        scales = write_scales(
+            calibrator,
+            args.out,
+            model_type=config.get("model_type"),
+            margin=args.margin,
+            tp_size=args.tp_size,
+        )
+        values = list(scales.values())
+        print(
+            f"kv scales: {len(values)} layers, {min(values):.4g}..{max(values):.4g} (margin {args.margin}) -> {args.out}"
+        )
+    if args.vllm_checkpoint is not None:
+        tensors = write_vllm_scales(calibrator, args.checkpoint, args.vllm_checkpoint, margin=args.margin)
+        for kind in ("k_scale", "v_scale"):
+            values = [v for name, v in tensors.items() if name.endswith(kind)]
+            print(
+                f"vllm {kind}: {len(values)} layers, {min(values):.4g}..{max(values):.4g} -> {args.vllm_checkpoint}"
+            )
     return 0
 
 

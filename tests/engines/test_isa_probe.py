@@ -3,6 +3,7 @@ CPU engine refuses, before launch, the variants this CPU cannot execute (#35).""
 
 from __future__ import annotations
 
+import json
 import platform
 from pathlib import Path
 
@@ -10,9 +11,11 @@ import pytest
 
 from evalgate.config import VLLMConfig
 from evalgate.engines._isa import PROBES, IsaReport, cpu_flags, executes, isa_report, require_any
+from evalgate.engines.sglang import checkpoint_dir
 from evalgate.engines.vllm import VLLMCPUEngine
+from evalgate.engines.vllm._cpu import w4a16_dir
 from evalgate.errors import ConfigError
-from evalgate.variants import parse_variant
+from evalgate.variants import check_only_quantization, parse_variant
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 machine code")
 
@@ -75,3 +78,26 @@ def test_vllm_cpu_refuses_fp8_kv_without_avx512_and_launches_it_with(tmp_path: P
 def test_vllm_cpu_kv_space_is_whole_gib() -> None:
     with pytest.raises(ValueError):
         VLLMConfig(device="cpu", cpu_kv_cache_gib=1.5)  # vLLM reads it with int()
+
+
+def test_the_default_models_int4_arm_is_its_w4a16_twin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """int4 on vLLM's CPU serves the Q4_0 codes as compressed-tensors W4A16 (``setup --vllm-cpu``),
+    refused before launch where AVX-512/AMX does not run (the AVX2 build has no INT4 kernel)."""
+    monkeypatch.setenv("EVALGATE_CACHE", str(tmp_path))
+    python = tmp_path / "vllm-cpu" / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    bf16 = checkpoint_dir(tmp_path / "sglang-cpu", "bf16")
+    int4 = w4a16_dir(tmp_path / "vllm-cpu")
+    quant = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 4}}}}
+    for folder, config in ((bf16, {}), (int4, {"quantization_config": quant})):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="needs AVX-512 or AMX"):
+        VLLMCPUEngine(VLLMConfig(device="cpu"), isa=AVX2_ONLY).launch_spec(parse_variant("int4"))
+    engine = VLLMCPUEngine(VLLMConfig(device="cpu"), isa=AVX512)
+    base, cand = engine.launch_spec(parse_variant("bf16")), engine.launch_spec(parse_variant("int4"))
+    assert base.model == str(bf16) and cand.model == str(int4)
+    assert check_only_quantization(base, cand) == []

@@ -54,6 +54,13 @@ FP8_WEIGHTS_AVX2_LOG = "\n".join(
     ]
 )
 
+INT4_AVX2_LOG = "\n".join(
+    [
+        "(Worker pid=27157) ERROR 12-02 13:46:23 [multiproc_executor.py:1063] AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'",  # w4a16 vllm2.log:187
+        "(EngineCore pid=26995) ERROR 12-02 13:46:23 [core.py:1512] RuntimeError: Worker failed with error ''_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'', please check the stack trace above for the root cause",  # vllm2.log:298
+    ]
+)
+
 
 # -- 1. the KV pool: "CPU KV cache size" and the CPU worker's "Explicitly/Auto set (X/Y) GiB" -----------
 def test_the_cpu_kv_pool_is_read_from_real_vllm_cpu_logs() -> None:
@@ -119,6 +126,7 @@ def test_a_token_below_the_best_is_still_not_greedy() -> None:
         (FP8KV_AVX2_LOG, "lacks AVX-512 and AMX"),
         (NO_KV_SPACE_LOG, "VLLM_CPU_KVCACHE_SPACE"),
         (FP8_WEIGHTS_AVX2_LOG, "no FP8 weight kernels"),
+        (INT4_AVX2_LOG, "no INT4 weight kernel"),
     ],
 )
 def test_real_vllm_cpu_failures_are_diagnosed(log: str, expected: str) -> None:

@@ -33,16 +33,17 @@ from pathlib import Path
 from evalgate.config import VLLMConfig
 from evalgate.engines._gpu import package_version
 from evalgate.engines._isa import IsaReport, require_any
-from evalgate.engines.gguf import cache_dir
+from evalgate.engines.gguf import DEFAULT_MODEL, cache_dir
 from evalgate.engines.sglang import checkpoint_dir
 from evalgate.engines.vllm._engine import VLLMEngine
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["CPU_WEIGHTS", "SETUP_FIX", "VLLMCPUEngine", "default_root", "venv_python"]
+__all__ = ["CPU_WEIGHTS", "SETUP_FIX", "VLLMCPUEngine", "default_root", "venv_python", "w4a16_dir"]
 
-CPU_WEIGHTS = ("bf16",)
-"""The default model's weights a CPU serves without a checkpoint of the user's: the F16 GGUF's twin."""
+CPU_WEIGHTS = ("bf16", "int4")
+"""The default model's weights a CPU serves without a checkpoint of the user's: the F16 GGUF's twin,
+and the Q4_0 GGUF's codes as a W4A16 checkpoint (``w4a16_dir``)."""
 SETUP_FIX = "run `evalgate setup --sglang-cpu --vllm-cpu` (the checkpoints, then vLLM's venv)"
 SERVER = ("-m", "vllm.entrypoints.openai.api_server", "--model")
 
@@ -54,6 +55,11 @@ def default_root() -> Path:
 
 def venv_python(root: Path) -> Path:
     return root / "venv" / "bin" / "python"
+
+
+def w4a16_dir(root: Path) -> Path:
+    """The default model's INT4 arm: the Q4_0 GGUF as compressed-tensors W4A16 (``_cpu_install``)."""
+    return root / f"{DEFAULT_MODEL}.Q4_0-w4a16"
 
 
 class VLLMCPUEngine(VLLMEngine):
@@ -99,8 +105,11 @@ class VLLMCPUEngine(VLLMEngine):
         python = Path(self.config.python)
         if python == venv_python(self.root) and not python.exists():
             raise ConfigError(f"vLLM's CPU venv is missing ({python})", fix=SETUP_FIX)
+        own = self.own_model and not variant.model
+        if own and variant.weights == "int4":
+            variant = dataclasses.replace(variant, model=str(w4a16_dir(self.root)))
         model = Path(variant.model or str(self.config.model))
-        if self.own_model and not variant.model and not (model / "config.json").is_file():
+        if own and not (model / "config.json").is_file():
             raise ConfigError(f"{model} is missing", fix=SETUP_FIX)
         spec = super().launch_spec(variant)
         args = dict(spec.args)

