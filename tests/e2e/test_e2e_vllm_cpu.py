@@ -2,13 +2,17 @@
 
 The A/A pair runs on any x86 CPU and must PASS with drift exactly 0 and the KV pool read from
 vLLM's own log; an FP8 KV candidate runs where this CPU executes AVX-512 or AMX and is refused
-before launch (exit 2, naming the instruction set) where it does not.
+before launch (exit 2, naming the instruction set) where it does not. Where it runs, the fp8kv
+pair runs twice, at scale 1.0 and with scales calibrated by scripts/kv_scales.py, each scale read
+back, and the int4 pair serves the W4A16 checkpoint with vLLM's INT4 kernel.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +20,7 @@ from evalgate.cli import main
 from evalgate.engines._isa import isa_report
 from evalgate.engines.gguf import cache_dir
 from evalgate.engines.sglang import checkpoint_dir
-from evalgate.engines.vllm._cpu import default_root, venv_python
+from evalgate.engines.vllm._cpu import default_root, venv_python, w4a16_dir
 from tests.conftest import needs_models
 
 needs_vllm_cpu = pytest.mark.skipif(
@@ -31,6 +35,37 @@ pytestmark = [pytest.mark.e2e, pytest.mark.vllm_cpu, needs_models, needs_vllm_cp
 
 CONFIG = '[vllm]\ndevice = "cpu"\nmax_model_len = 4096\nready_timeout_s = 600\n'
 RUN = ["--engine", "vllm", "--suites", "arc_easy,drift", "--limit", "5"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def needs_avx512() -> None:
+    report = isa_report()
+    if not (report.usable("avx512f") or report.usable("amx_tile")):
+        pytest.skip(f"vLLM's FP8 KV and INT4 kernels need AVX-512 or AMX; this CPU: {report.describe()}")
+
+
+def pair(tmp_path: Path, data_dir: Path, candidate: str, config: str = CONFIG) -> tuple[int, dict[str, Any]]:
+    """Run bf16 against ``candidate``; (exit code, {verdict, manifest})."""
+    (tmp_path / "evalgate.toml").write_text(config, encoding="utf-8")
+    run = tmp_path / "run"
+    args = [
+        "compare",
+        "--config",
+        str(tmp_path / "evalgate.toml"),
+        "--baseline",
+        "bf16",
+        "--candidate",
+        candidate,
+    ]
+    code = main([*args, *RUN, "--data-dir", str(data_dir), "--out", str(run)])
+    read = {n: json.loads((run / f"{n}.json").read_text(encoding="utf-8")) for n in ("verdict", "manifest")}
+    return code, read
+
+
+def candidate_kld(verdict: dict[str, Any]) -> float:
+    (drift,) = [d for d in verdict["drift"] if d["suite"] == "drift"]
+    (kld,) = [r for r in drift["rows"] if r["measure"] == "kld" and r["pair"] == "candidate"]
+    return float(kld["estimate"])
 
 
 def test_aa_pair_passes_with_zero_drift(data_dir: Path, tmp_path: Path) -> None:
@@ -63,3 +98,39 @@ def test_fp8kv_runs_or_is_refused_by_what_this_cpu_executes(
     err = capsys.readouterr().err
     assert code == 2 and "AVX-512 or AMX" in err and "AVX2" in err, err
     assert not (tmp_path / "run" / "logs").exists()  # refused before any server started
+
+
+def test_real_fp8kv_pairs_at_scale_one_and_calibrated(data_dir: Path, tmp_path: Path) -> None:
+    """The issue's measurement, small: e4m3 KV on vLLM's CPU backend moves the logits (KL > 0), the
+    pool holds twice the tokens, and the scale each arm used is read back (1.0, then the copy's)."""
+    needs_avx512()
+    code, got = pair(tmp_path / "one", data_dir, "fp8kv")
+    assert code in (0, 1), code  # a verdict either way: this asserts the run, not the model
+    arms = got["manifest"]["arms"]
+    assert "fp8_e4m3" in arms["candidate"]["command"] and candidate_kld(got["verdict"]) > 0.0
+    assert arms["candidate"]["server"]["kv_scales"]["scale"] == "1.0"
+    base, cand = arms["baseline"]["server"]["kv_capacity"], arms["candidate"]["server"]["kv_capacity"]
+    assert cand["kv_tokens"] == pytest.approx(2 * base["kv_tokens"], rel=0.05), (base, cand)
+    scaled = tmp_path / "scaled"
+    subprocess.run(  # the vLLM venv has torch and transformers; the script finds evalgate.kernels in the checkout
+        [str(venv_python(default_root())), str(REPO / "scripts" / "kv_scales.py"),
+         str(checkpoint_dir(cache_dir() / "sglang-cpu", "bf16")), "--vllm-checkpoint", str(scaled),
+         "--data-dir", str(data_dir), "--texts", "16"],
+        check=True, timeout=900,
+    )  # fmt: skip
+    code, got = pair(tmp_path / "calibrated", data_dir, "fp8kv", CONFIG + f'kv_scales_path = "{scaled}"\n')
+    used = got["manifest"]["arms"]["candidate"]["server"]["kv_scales"]
+    assert code in (0, 1) and used["scale"] == "checkpoint" and used["quantization"] == "compressed-tensors"
+    assert 0 < used["v_scale"][0] <= used["v_scale"][1] and got["manifest"]["arms"]["candidate"][
+        "model"
+    ] == str(scaled)
+
+
+def test_real_int4_pair_serves_the_w4a16_checkpoint(data_dir: Path, tmp_path: Path) -> None:
+    needs_avx512()
+    code, got = pair(tmp_path, data_dir, "int4")
+    assert code in (0, 1), code
+    candidate = got["manifest"]["arms"]["candidate"]
+    assert str(w4a16_dir(default_root())) in candidate["command"] and candidate_kld(got["verdict"]) > 0.0
+    log = (tmp_path / "run" / "logs" / "candidate.log").read_text(errors="replace")
+    assert "CPUWNA16LinearKernel" in log  # vLLM's INT4 kernel, not a dequantized fallback
