@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -199,3 +201,15 @@ def test_safetensors_reads_the_shard_when_installed(tmp_path: Path) -> None:
         "a.k_scale": ("float32", (1,), 0.125),
         "a.v_scale": ("float32", (1,), 0.0625),
     }
+
+
+def test_an_engine_venv_without_evalgate_finds_the_kernels_in_the_checkout() -> None:
+    """The vLLM and SGLang CPU venvs have torch and transformers but not evalgate: the script then
+    loads evalgate.kernels from kernels/ (isolated, no site-packages: evalgate is not importable)."""
+    code = (
+        "import runpy; m = runpy.run_path({!r}); m['import_kernels']()\n"
+        "import evalgate.kernels.fp8_kv.sglang_json as j; print(j.__file__)"
+    ).format(str(REPO / "scripts" / "kv_scales.py"))
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()) == REPO / "kernels" / "fp8_kv" / "sglang_json.py"
