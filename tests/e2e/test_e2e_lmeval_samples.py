@@ -1,6 +1,6 @@
 """lm-eval's own CLI on the real CPU engine writes sample logs; their import gates like a live run (#22).
 
-A live ``evalgate compare --deterministic`` of F16 against Q4_0 on 12 ARC-Easy items, then lm-eval
+A live ``evalgate compare --deterministic`` of F16 against Q4_0 on 8 ARC-Easy items, then lm-eval
 (``python -m evalgate.lmeval run``, via scripts/lmeval_samples.py) on exactly those items on
 each variant, plus 2 GSM8K documents for a generation task; the import must pair the same items
 with the same outcomes as the live run.
@@ -37,7 +37,7 @@ def _row(run: Path, suite: str) -> dict:
 
 def test_lmeval_samples_import_matches_the_live_pair(tmp_path: Path, data_dir: Path) -> None:
     live = tmp_path / "live"
-    args = ["--suites", "arc_easy", "--limit", "12", "--deterministic", "--data-dir", str(data_dir)]
+    args = ["--suites", "arc_easy", "--limit", "8", "--deterministic", "--data-dir", str(data_dir)]
     code = main(["compare", "--baseline", "bf16", "--candidate", "int4", *args, "--out", str(live)])
     assert code in (0, 1)
     for variant in ("bf16", "int4"):

@@ -73,7 +73,8 @@ PAIRS = {
     "aa": ("--baseline", "bf16", "--candidate", "bf16"),
     "int4": ("--baseline", "bf16", "--candidate", "int4"),
 }
-PAIR_FLAGS = ("--suites", "arc_easy,gsm8k,drift", "--limit", "20", "--skip-kernel-check")
+LIMIT = 8  # items per suite: CI's budget (docs/measurements.md has the --limit 20 run)
+PAIR_FLAGS = ("--suites", "arc_easy,gsm8k,drift", "--limit", str(LIMIT), "--skip-kernel-check")
 Pair = tuple[int, Path, float, str]
 
 
@@ -124,11 +125,11 @@ def test_aa_bf16_passes_on_real_sglang(pairs: dict[str, Pair]) -> None:
         assert ["SGLANG_USE_CPU_ENGINE", "1"] in m["launch"][arm]["env"]
         for suite in ("arc_easy", "gsm8k"):
             lines = (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()
-            assert len(lines) == 20 and all(json.loads(line)["error"] is None for line in lines)
+            assert len(lines) == LIMIT and all(json.loads(line)["error"] is None for line in lines)
     v = json.loads((run / "verdict.json").read_text())
     assert v["verdict"] == "PASS"
     kld = drift_row(v, "kld")  # #30: the A/A pair's drift on the real server, within the budget
-    assert kld["n"] == 20 and kld["status"] == "pass" and kld["estimate"] < 1e-3, kld
+    assert kld["n"] == LIMIT and kld["status"] == "pass" and kld["estimate"] < 1e-3, kld
 
 
 def drift_row(verdict: dict, measure: str) -> dict:
@@ -149,13 +150,13 @@ def test_int4_weights_candidate_runs_on_real_sglang(pairs: dict[str, Pair]) -> N
     for arm in ("baseline", "candidate"):
         for suite in ("arc_easy", "gsm8k", "drift"):
             lines = (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()
-            assert len(lines) == 20 and all(json.loads(line)["error"] is None for line in lines)
+            assert len(lines) == LIMIT and all(json.loads(line)["error"] is None for line in lines)
     v = json.loads((run / "verdict.json").read_text())
     kld, aa = drift_row(v, "kld"), drift_row(json.loads((pairs["aa"][1] / "verdict.json").read_text()), "kld")
     print(
         f"drift on real SGLang: Q4_0 weights KL {kld['estimate']:.4g} (A/A {aa['estimate']:.4g}), {kld['status']}"
     )
-    assert kld["n"] == 20 and kld["estimate"] > max(aa["estimate"], 0.0) and kld["upper"] is not None
+    assert kld["n"] == LIMIT and kld["estimate"] > max(aa["estimate"], 0.0) and kld["upper"] is not None
 
 
 def test_fp8_kv_is_refused_before_launch(tmp_path: Path, data_dir: Path) -> None:
@@ -305,7 +306,9 @@ def test_cache_probe_isolates_salted_tenants_and_blocks_without_salts(
     async def probe(salted: bool) -> dict[str, Any]:
         scorer = engine.scorer(one)
         try:
-            return await run_cache_probe(scorer, ProbeSettings(probes=12, salted=salted))
+            # alpha 0.01: a salted server's CROSS must not look faster than COLD by chance (at 0.05 one
+            # run in twenty would; one on a busy machine did, 1.09x at p = 0.043, with 0 tokens cached)
+            return await run_cache_probe(scorer, ProbeSettings(probes=12, salted=salted, alpha=0.01))
         finally:
             await scorer.aclose()
 
