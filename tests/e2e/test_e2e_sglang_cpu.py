@@ -69,12 +69,23 @@ def summary(run: Path, seconds: float) -> str:
 
 
 # The pairs CI runs: one bf16 arm against another, and against the Q4_0 weights.
-PAIRS = {
-    "aa": ("--baseline", "bf16", "--candidate", "bf16"),
-    "int4": ("--baseline", "bf16", "--candidate", "int4"),
-}
 LIMIT = 8  # items per suite: CI's budget (docs/measurements.md has the --limit 20 run)
-PAIR_FLAGS = ("--suites", "arc_easy,gsm8k,drift", "--limit", str(LIMIT), "--skip-kernel-check")
+# GSM8K's generations are most of a pair's time on a CPU: the A/A pair runs them (capped), the int4
+# pair, run beside it on the other core, the two log-likelihood suites
+PAIRS = {
+    "aa": (
+        "--baseline",
+        "bf16",
+        "--candidate",
+        "bf16",
+        "--suites",
+        "arc_easy,gsm8k,drift",
+        "--max-gen-tokens",
+        "128",
+    ),
+    "int4": ("--baseline", "bf16", "--candidate", "int4", "--suites", "arc_easy,drift"),
+}
+PAIR_FLAGS = ("--limit", str(LIMIT), "--skip-kernel-check")
 Pair = tuple[int, Path, float, str]
 
 
@@ -148,7 +159,7 @@ def test_int4_weights_candidate_runs_on_real_sglang(pairs: dict[str, Pair]) -> N
     assert m["launch"]["candidate"]["model"] == str(checkpoint_dir(default_root(), "int4"))
     assert m["launch"]["baseline"]["model"] == str(checkpoint_dir(default_root(), "bf16"))
     for arm in ("baseline", "candidate"):
-        for suite in ("arc_easy", "gsm8k", "drift"):
+        for suite in ("arc_easy", "drift"):
             lines = (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()
             assert len(lines) == LIMIT and all(json.loads(line)["error"] is None for line in lines)
     v = json.loads((run / "verdict.json").read_text())
