@@ -2,9 +2,9 @@
 
 Variants become flags: ``bf16`` is ``--dtype bfloat16 --kv-cache-dtype bfloat16`` (never ``auto``,
 which a ModelOpt checkpoint's ``kv_cache_quant_algo`` turns into FP8), ``fp8kv`` sets
-``--kv-cache-dtype fp8_e4m3`` (KV scales from the checkpoint, else 1.0: read back from the log and
-recorded, from the warning "Using KV cache scaling factor 1.0" of 0.33.0's
-``model_executor/layers/quantization/kv_cache.py``; 0.33 has no ``--calculate-kv-scales``), ``fp8`` adds ``--quantization fp8`` unless the checkpoint
+``--kv-cache-dtype fp8_e4m3`` (KV scales from the checkpoint, which ``[vllm] kv_scales_path`` can
+make a calibrated copy of the model, else 1.0; the scale used is read back at launch:
+``_kv_scales``), ``fp8`` adds ``--quantization fp8`` unless the checkpoint
 is already quantized (vLLM refuses a --quantization that disagrees with config.json), and ``int4``
 needs an INT4 checkpoint whose method vLLM reads from its config.json. Everything else comes from
 the ``[vllm]`` section (``VLLMConfig``) and is therefore equal on both arms; ``--generation-config vllm`` keeps each
