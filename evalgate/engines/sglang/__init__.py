@@ -9,7 +9,7 @@ from evalgate.engines.sglang._attach import DIALECT
 from evalgate.engines.sglang._bench_serving import bench_serving_command, parse_bench_serving, run_levels
 from evalgate.engines.sglang._capacity import server_info_capacity, sglang_capacity
 from evalgate.engines.sglang._cpu import SGLangCPUEngine, checkpoint_dir
-from evalgate.engines.sglang._cpu_install import install_sglang_cpu, run_step
+from evalgate.engines.sglang._cpu_install import convert_once, install_sglang_cpu, run_step
 from evalgate.engines.sglang._diagnose import TESTED_VERSION, diagnose
 from evalgate.engines.sglang._engine import KV_DTYPES, QUANT_KEYS, SGLangEngine
 from evalgate.engines.sglang._parser import PARSER_PACKAGES, install_parsers, parser_dir
@@ -35,6 +35,7 @@ __all__ = [
     "SGLangScorer",
     "bench_serving_command",
     "checkpoint_dir",
+    "convert_once",
     "diagnose",
     "fetch_server_info",
     "get_server_info",

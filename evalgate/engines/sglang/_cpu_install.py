@@ -36,7 +36,7 @@ from evalgate.engines.sglang._diagnose import TESTED_VERSION
 from evalgate.engines.sglang._standin import standin_files
 from evalgate.errors import InfraError
 
-__all__ = ["LEAN_PACKAGES", "TORCH", "install_sglang_cpu", "run_step"]
+__all__ = ["LEAN_PACKAGES", "TORCH", "convert_once", "install_sglang_cpu", "run_step"]
 
 TORCH = ("torch==2.14.1", "torchvision==0.29.1")
 """SGLang 0.5.23's own torch pin, and the torchvision built with it: SGLang imports torchvision at
@@ -227,25 +227,41 @@ def _checkpoint(root: Path, python: Path, weights: str) -> str:
 
     gguf = derived_gguf(weights, find_binary("llama-quantize"))
     out = checkpoint_dir(root, weights)
+
+    def command(tmp: Path) -> list[str]:
+        script = gguf_to_hf_script()
+        if not script.is_file():
+            raise InfraError(
+                f"{script} is missing, so the GGUF cannot be converted for SGLang",
+                fix="run `evalgate setup --sglang-cpu` from a source checkout (pip install -e .)",
+            )
+        return [str(python), str(script), str(gguf), str(tmp), "--dtype", "bfloat16"]
+
+    converted = convert_once(
+        gguf,
+        out,
+        command,
+        what=f"converting {gguf.name} to a Hugging Face checkpoint",
+        fix="see the script's message above; `python scripts/gguf_to_hf.py --help`",
+    )
+    if not converted:
+        return f"{out} (kept)"
+    digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()[:16]
+    return f"{out} from {gguf.name} (model.safetensors sha256 {digest})"
+
+
+def convert_once(gguf: Path, out: Path, command: Callable[[Path], list[str]], *, what: str, fix: str) -> bool:
+    """Make ``out`` from ``gguf`` by running ``command(tmp)`` (a script that writes the folder ``tmp``),
+    unless ``out``'s stamp (``evalgate-source.json``: the GGUF's name and sha256) says it already
+    was; the folder appears whole or not at all. True when it converted, False when it kept ``out``."""
     source = {"gguf": gguf.name, "sha256": file_sha256(gguf)}
     stamp = out / "evalgate-source.json"
     if stamp.exists() and json.loads(stamp.read_text()) == source:
-        return f"{out} (kept)"
-    script = gguf_to_hf_script()
-    if not script.is_file():
-        raise InfraError(
-            f"{script} is missing, so the GGUF cannot be converted for SGLang",
-            fix="run `evalgate setup --sglang-cpu` from a source checkout (pip install -e .)",
-        )
+        return False
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    run_step(
-        [str(python), str(script), str(gguf), str(tmp), "--dtype", "bfloat16"],
-        f"converting {gguf.name} to a Hugging Face checkpoint",
-        "see the script's message above; `python scripts/gguf_to_hf.py --help`",
-    )
+    run_step(command(tmp), what, fix)
     (tmp / "evalgate-source.json").write_text(json.dumps(source, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()[:16]
-    return f"{out} from {gguf.name} (model.safetensors sha256 {digest})"
+    return True

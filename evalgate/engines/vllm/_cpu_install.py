@@ -20,15 +20,13 @@ Four steps, each skipped when its result is already there, each printing one lin
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evalgate.engines.gguf import cache_dir, derived_gguf, file_sha256
-from evalgate.engines.sglang import checkpoint_dir, run_step
+from evalgate.engines.gguf import cache_dir, derived_gguf
+from evalgate.engines.sglang import checkpoint_dir, convert_once, run_step
 from evalgate.engines.vllm._cpu import default_root, venv_python, w4a16_dir
 from evalgate.errors import InfraError
 
@@ -111,26 +109,32 @@ def _w4a16(root: Path) -> str:
 
     gguf = derived_gguf("int4", find_binary("llama-quantize"))
     out = w4a16_dir(root)
-    source = {"gguf": gguf.name, "sha256": file_sha256(gguf)}
-    stamp = out / "evalgate-source.json"
-    if stamp.exists() and json.loads(stamp.read_text()) == source:
-        return f"{out} (kept)"
     sglang = cache_dir() / "sglang-cpu"
     twin, python = checkpoint_dir(sglang, "int4"), sglang / "venv" / "bin" / "python"
-    if not (twin / "config.json").is_file() or not python.exists():
-        raise InfraError(
-            f"the Q4_0 GGUF's Hugging Face twin or the SGLang CPU venv is missing ({twin}, {python})",
-            fix="run `evalgate setup --sglang-cpu --vllm-cpu`: --sglang-cpu converts the GGUFs",
-        )
-    script = Path(__file__).resolve().parents[3] / "scripts" / "gguf_to_w4a16.py"
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    run_step(
-        [str(python), str(script), str(gguf), str(tmp), "--twin", str(twin), "--scale-dtype", "bfloat16"],
-        f"writing {gguf.name} as a W4A16 checkpoint",
-        "see the script's message above; `python scripts/gguf_to_w4a16.py --help`",
+
+    def command(tmp: Path) -> list[str]:
+        if not (twin / "config.json").is_file() or not python.exists():
+            raise InfraError(
+                f"the Q4_0 GGUF's Hugging Face twin or the SGLang CPU venv is missing ({twin}, {python})",
+                fix="run `evalgate setup --sglang-cpu --vllm-cpu`: --sglang-cpu converts the GGUFs",
+            )
+        script = Path(__file__).resolve().parents[3] / "scripts" / "gguf_to_w4a16.py"
+        return [
+            str(python),
+            str(script),
+            str(gguf),
+            str(tmp),
+            "--twin",
+            str(twin),
+            "--scale-dtype",
+            "bfloat16",
+        ]
+
+    converted = convert_once(
+        gguf,
+        out,
+        command,
+        what=f"writing {gguf.name} as a W4A16 checkpoint",
+        fix="see the script's message above; `python scripts/gguf_to_w4a16.py --help`",
     )
-    (tmp / "evalgate-source.json").write_text(json.dumps(source, indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return f"{out} from {gguf.name}"
+    return f"{out} from {gguf.name}" if converted else f"{out} (kept)"
