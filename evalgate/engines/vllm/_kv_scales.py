@@ -23,6 +23,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from evalgate.engines import _kv_scales
 from evalgate.errors import ConfigError
 
 __all__ = ["RECORD", "kv_scales_used", "read_kv_scales", "validate_kv_checkpoint"]
@@ -32,7 +33,6 @@ RECORD = "evalgate-kv-scales.json"
 WRITE_FIX = "write the copy with `python scripts/kv_scales.py MODEL --vllm-checkpoint DIR` (docs/engines.md)"
 
 _ENGINE = re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config: .*?\bquantization=([\w.-]+),")
-_FALLBACK = re.compile(r"Using KV cache scaling factor 1\.0[^\n]*")
 _NAME = re.compile(r"layers\.(\d+)\.self_attn\.(?:([kv])_scale|([kv])_proj\.output_scale)$")
 _FORMATS = {"F32": "<f", "F16": "<e", "F64": "<d"}
 
@@ -139,8 +139,9 @@ def kv_scales_used(log: str, *, model: str) -> dict[str, Any]:
         "v_scale": _range(scales["v"]),
         "file": str(folder / RECORD) if (folder / RECORD).is_file() else None,
     }
-    if fallback := _FALLBACK.search(log):
-        return {**out, "scale": "1.0", "log": fallback.group(0)}
+    said = _kv_scales.kv_scales_used(log, file=None)  # the engines' fallback lines, 0.33's among them
+    if said["scale"] == "1.0":
+        return {**out, "scale": "1.0", "log": said["log"]}
     if quantization is None:
         return {**out, "scale": "unknown", "log": ""}
     line = f"quantization={quantization}"
