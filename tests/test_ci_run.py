@@ -86,6 +86,28 @@ def test_each_part_and_tier_is_timed_after_pytests_own_summary(tmp_path: Path) -
     assert lines[-1] == "tests: 3 passed, 0 failed, 0 skipped"  # the plain closing line CI reads
 
 
+def test_two_pytest_runs_each_get_their_tiers_and_xdist_reports_the_markers(tmp_path: Path) -> None:
+    """The README's shape: the fast tier over 2 pytest-xdist workers, then the server tests alone.
+    The controller collects nothing, so the tiers come from the reports' keywords."""
+    pytest.importorskip("xdist")
+    run = "python -m pytest -q -p no:cacheprovider"
+    command = f'. .venv/bin/activate && {run} -n 2 -m "not e2e" t && {run} -m e2e t'
+    proc = ci(tmp_path, scratch_repo(tmp_path, command))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    table = lines[lines.index("CI phases (wall seconds)") :]
+    first = next(i for i, line in enumerate(table) if "-n 2" in line)
+    second = next(i for i, line in enumerate(table) if "-m e2e t" in line)
+    assert first < second
+    assert any("fast tests (1 passed, 0 failed, 0 skipped, test seconds over 2 workers)" in line
+               for line in table[first:second])  # fmt: skip
+    below = table[second : second + 4]
+    assert any("e2e tests (1 passed" in line for line in below), table
+    assert any("sglang_cpu tests (1 passed" in line for line in below), table
+    assert not any("fast tests" in line for line in below), table
+    assert lines[-1] == "tests: 3 passed, 0 failed, 0 skipped"
+
+
 @pytest.mark.parametrize(("tests", "code"), [("empty", 5), ("t", 1)])
 def test_a_failing_part_fails_ci_and_still_prints_the_table(tmp_path: Path, tests: str, code: int) -> None:
     bin_dir = scratch_repo(

@@ -309,26 +309,34 @@ def test_cache_probe_isolates_salted_tenants_and_blocks_without_salts(
     servers: tuple[SGLangCPUEngine, ServerHandle, ServerHandle],
 ) -> None:
     """#33 on 0.5.23: with salts CROSS reads 0 cached tokens and the positive control is
-    significant (PASS); with the salts omitted the probe BLOCKs. Prints both summary lines."""
+    significant (PASS); with the salts omitted the probe BLOCKs. Prints both summary lines.
+
+    A timing bound on a busy 2-core machine can be too wide at a few probes (UNDERPOWERED, exit
+    3: "rerun with about N probes"); the test then does what a user would, once, with the
+    number the probe names. A BLOCK, an ERROR or a second UNDERPOWERED fails it."""
     from evalgate.probe import ProbeSettings, run_cache_probe, summary_line
 
     engine, one, _ = servers
 
-    async def probe(salted: bool) -> dict[str, Any]:
+    async def probe(salted: bool, probes: int) -> dict[str, Any]:
         scorer = engine.scorer(one)
         try:
             # alpha 0.01: a salted server's CROSS must not look faster than COLD by chance (at 0.05 one
             # run in twenty would; one on a busy machine did, 1.09x at p = 0.043, with 0 tokens cached)
-            return await run_cache_probe(scorer, ProbeSettings(probes=8, salted=salted, alpha=0.01))
+            return await run_cache_probe(scorer, ProbeSettings(probes=probes, salted=salted, alpha=0.01))
         finally:
             await scorer.aclose()
 
-    salted = asyncio.run(probe(True))
+    salted = asyncio.run(probe(True, 12))
     print(summary_line(salted))
+    if salted["verdict"] == "UNDERPOWERED" and salted["timing"]["probes_needed"]:
+        # CI on stop 39: 8 probes, CROSS 0.985x, upper 1.223x against a margin of 1.201x
+        salted = asyncio.run(probe(True, min(2 * salted["timing"]["probes_needed"], 40)))
+        print(summary_line(salted))
     assert salted["verdict"] == "PASS", salted["reasons"]
     assert salted["oracle"]["cross_cached_max"] == 0 and salted["timing"]["gap_p"] < 0.05
     assert salted["oracle"]["same_probes_below_prefix"] == 0 and salted["flush"] == ["flushed"]
-    shared = asyncio.run(probe(False))
+    shared = asyncio.run(probe(False, 8))
     print(summary_line(shared))
     assert shared["verdict"] == "BLOCK" and shared["oracle"]["cross_probes_with_cached_tokens"] == 8
 

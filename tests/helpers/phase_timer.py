@@ -10,6 +10,12 @@ A test's tier is ``sglang_cpu`` if it has that marker, else ``e2e``, else ``fast
 its setup, call and teardown (module fixtures count to the module's first test). The ten
 slowest tests follow, so a CI log says where its minutes went.
 
+Each pytest session appends one JSON line, so a command with two pytest runs (the fast tests
+spread over the cores by pytest-xdist, then the server tests one at a time) gets one block of
+tiers under each run's step. Under xdist only the controller records: it reads a test's markers
+from its report's keywords (it collects nothing itself), and a tier's seconds are then the sum
+over the workers, more than the step's wall time.
+
 Without pytest importable (.ci/run prints the table even when the install failed):
 ``python3 -m tests.helpers.phase_timer PHASES_TSV [PYTEST_JSON]``.
 """
@@ -34,8 +40,9 @@ SLOWEST = 10
 class PhaseTimer:
     """Per-tier totals of one session, written as JSON when it ends."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, workers: int = 0) -> None:
         self.out = out
+        self.workers = workers
         self.start = time.monotonic()
         self.collect_s = 0.0
         self.tier_of: dict[str, str] = {}
@@ -44,14 +51,13 @@ class PhaseTimer:
             t: {"tests": 0, "seconds": 0.0, "passed": 0, "failed": 0, "skipped": 0} for t in TIERS
         }
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.collect_s = time.monotonic() - self.start
-        for item in items:
-            marks = {m.name for m in item.iter_markers()}
-            self.tier_of[item.nodeid] = next((t for t in reversed(TIERS) if t in marks), "fast")
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        row = self.tiers[self.tier_of.get(report.nodeid, "fast")]
+        if not self.collect_s:  # collection, and under xdist the workers' start, until the first report
+            self.collect_s = time.monotonic() - self.start
+        if report.nodeid not in self.tier_of:
+            marks = set(report.keywords)
+            self.tier_of[report.nodeid] = next((t for t in reversed(TIERS) if t in marks), "fast")
+        row = self.tiers[self.tier_of[report.nodeid]]
         row["seconds"] += report.duration
         self.per_test[report.nodeid] = self.per_test.get(report.nodeid, 0.0) + report.duration
         if report.when == "call" or (report.when == "setup" and not report.passed):
@@ -65,13 +71,15 @@ class PhaseTimer:
             "exit": int(exitstatus),
             "wall_s": round(time.monotonic() - self.start, 1),
             "collect_s": round(self.collect_s, 1),
+            "workers": self.workers,
             "tiers": {t: {**r, "seconds": round(r["seconds"], 1)} for t, r in self.tiers.items()},
             "slowest": [
                 [nodeid, round(s, 1)]
                 for nodeid, s in sorted(self.per_test.items(), key=lambda kv: -kv[1])[:SLOWEST]
             ],
         }
-        self.out.write_text(json.dumps(doc, indent=2) + "\n")
+        with self.out.open("a") as f:
+            f.write(json.dumps(doc) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -79,25 +87,33 @@ def pytest_configure(config: pytest.Config) -> None:
     out = os.environ.pop(ENV, "")
     os.environ.pop("PYTEST_PLUGINS", None)
     if out and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(PhaseTimer(Path(out)), "evalgate-phase-timer")
+        workers = config.getoption("numprocesses", None) or 0  # pytest-xdist's -n, where it is loaded
+        config.pluginmanager.register(PhaseTimer(Path(out), int(workers)), "evalgate-phase-timer")
 
 
-def _tier_rows(path: Path | None) -> list[tuple[str, str, float | None]]:
+def sessions(path: Path | None) -> list[dict[str, Any]]:
+    """The pytest sessions' records, in the order they ran."""
     if path is None or not path.is_file():
         return []
-    doc = json.loads(path.read_text())
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _tier_rows(doc: dict[str, Any] | None) -> list[tuple[str, str, float | None]]:
+    if doc is None:
+        return []
     rows: list[tuple[str, str, float | None]] = [("", "  collection", doc["collect_s"])]
+    over = f", test seconds over {doc['workers']} workers" if doc.get("workers", 0) > 1 else ""
     for tier, r in doc["tiers"].items():
         if r["tests"]:
-            what = f"{r['passed']} passed, {r['failed']} failed, {r['skipped']} skipped"
+            what = f"{r['passed']} passed, {r['failed']} failed, {r['skipped']} skipped{over}"
             rows.append(("", f"  {tier} tests ({what})", r["seconds"]))
     return rows
 
 
-def _slowest(path: Path | None) -> list[str]:
-    if path is None or not path.is_file():
+def _slowest(docs: list[dict[str, Any]]) -> list[str]:
+    slowest = sorted((row for d in docs for row in d.get("slowest") or []), key=lambda row: -row[1])[:SLOWEST]
+    if not slowest:
         return []
-    slowest = json.loads(path.read_text()).get("slowest") or []
     return ["", f"slowest {len(slowest)} tests (setup + call + teardown, seconds)"] + [
         f"{seconds:>8.0f}  {nodeid}" for nodeid, seconds in slowest
     ]
@@ -115,11 +131,13 @@ def phase_of(step: str) -> str:
 
 
 def table(phases: Path, pytest_json: Path | None = None) -> str:
-    """One line per step (tab-separated: command, start, end, exit), the pytest step's tiers
-    under it, then each phase's total."""
+    """One line per step (tab-separated: command, start, end, exit), each pytest step's tiers
+    under it (the k-th pytest step's from the k-th session), then each phase's total."""
+    docs = sessions(pytest_json)
     rows: list[tuple[str, str, float | None]] = []
     totals: dict[str, float] = {}
     lines = phases.read_text().splitlines() if phases.is_file() else []
+    runs = 0
     for line in lines:
         step, start, end, code = line.split("\t")
         seconds = float(end) - float(start)
@@ -127,16 +145,17 @@ def table(phases: Path, pytest_json: Path | None = None) -> str:
         totals[phase] = totals.get(phase, 0.0) + seconds
         rows.append((phase, step if code == "0" else f"{step}  [exit {code}]", seconds))
         if phase == "tests":
-            rows += _tier_rows(pytest_json)
+            rows += _tier_rows(docs[runs] if runs < len(docs) else None)
+            runs += 1
     rows += [("", "", None)] + [(p, "total", s) for p, s in totals.items()]
     rows.append(("all", "total", sum(totals.values())))
     width = max(len(step) for _, step, _ in rows)
     out = ["", "CI phases (wall seconds)", f"{'phase':<8} {'step':<{width}} {'seconds':>8}"]
     for phase, step, seconds in rows:
         out.append(f"{phase:<8} {step:<{width}} {seconds:>8.0f}" if seconds is not None else "")
-    out += _slowest(pytest_json)
-    if pytest_json is not None and pytest_json.is_file():  # the closing line CI reads for the counts
-        tiers = json.loads(pytest_json.read_text())["tiers"].values()
+    out += _slowest(docs)
+    if docs:  # the closing line CI reads for the counts
+        tiers = [r for d in docs for r in d["tiers"].values()]
         n = {k: sum(r[k] for r in tiers) for k in ("passed", "failed", "skipped")}
         out += ["", f"tests: {n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped"]
     return "\n".join(out)
