@@ -89,7 +89,6 @@ def test_each_part_and_tier_is_timed_after_pytests_own_summary(tmp_path: Path) -
 def test_two_pytest_runs_each_get_their_tiers_and_xdist_reports_the_markers(tmp_path: Path) -> None:
     """The README's shape: the fast tier over 2 pytest-xdist workers, then the server tests alone.
     The controller collects nothing, so the tiers come from the reports' keywords."""
-    pytest.importorskip("xdist")
     run = "python -m pytest -q -p no:cacheprovider"
     command = f'. .venv/bin/activate && {run} -n 2 -m "not e2e" t && {run} -m e2e t'
     proc = ci(tmp_path, scratch_repo(tmp_path, command))

@@ -45,7 +45,6 @@ class PhaseTimer:
         self.workers = workers
         self.start = time.monotonic()
         self.collect_s = 0.0
-        self.tier_of: dict[str, str] = {}
         self.per_test: dict[str, float] = {}
         self.tiers: dict[str, dict[str, Any]] = {
             t: {"tests": 0, "seconds": 0.0, "passed": 0, "failed": 0, "skipped": 0} for t in TIERS
@@ -54,10 +53,7 @@ class PhaseTimer:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.collect_s:  # collection, and under xdist the workers' start, until the first report
             self.collect_s = time.monotonic() - self.start
-        if report.nodeid not in self.tier_of:
-            marks = set(report.keywords)
-            self.tier_of[report.nodeid] = next((t for t in reversed(TIERS) if t in marks), "fast")
-        row = self.tiers[self.tier_of[report.nodeid]]
+        row = self.tiers[next((t for t in reversed(TIERS) if t in report.keywords), "fast")]
         row["seconds"] += report.duration
         self.per_test[report.nodeid] = self.per_test.get(report.nodeid, 0.0) + report.duration
         if report.when == "call" or (report.when == "setup" and not report.passed):
