@@ -12,6 +12,13 @@ bootstraps, on the same resamples:
 - ``block@r``: P(lower > budget) with budget = theta / r. At r = 1 the budget is the truth, so
   every block is a type I error (<= alpha); r > 1 is the power to see theta above budget.
 
+Section ``zero``: the same test where most documents are bit-identical (numerator exactly 0,
+as an A/A run on deterministic servers gives, or a candidate whose numerics change few
+documents): each document identical with probability 90 % or 50 %, else drawn from the law above,
+at n = 12 and 50, today's plain bootstrap (exact zeros nudged to 1e-300) beside the test as it
+is (share x size: ``stats.ratio_budget_test``). Prints the upper and lower bounds' coverage, the
+share of upper bounds that are +inf and of samples all 0, and the median finite upper / theta.
+
 Section ``gate``: the whole gate (``evalgate.gate.decide``, ``GatePolicy()`` defaults, agreement
 gate on, and once more under ``non-inferiority --margin 2pt``) on a run like the README's first
 command plus the drift suite: gsm8k (50 generation items, baseline 8 % right, 8 % empty on both
@@ -27,6 +34,7 @@ spread interpolated in log KL between the measured candidates. Prints P(BLOCK) o
 the KL row and the perplexity row, the false BLOCK at the budget and the power at 2 x the budget.
 
     python benchmarks/sim_drift.py --section ratio --seed 0 --ratio-reps 1000   # about 75 s of CPU
+    python benchmarks/sim_drift.py --section zero --seed 0 --ratio-reps 1000    # about 3 min of CPU
     python benchmarks/sim_drift.py --section gate --seed 0 --reps 200
     python benchmarks/sim_drift.py --quick                                      # both, a few replicates
 
@@ -83,6 +91,60 @@ def simulate(law: Law, n: int, reps: int, resamples: int, alpha: float, seed: in
             blocks = [res.lower > truth / r for r in RATIOS]
             hits[m] += np.array([res.upper >= truth, res.lower <= truth, *blocks], dtype=float)
     return {m: list(h / reps) for m, h in hits.items()}
+
+
+# ----------------------------------------------------------------------------- section "zero"
+
+ZERO_NS = (12, 50)
+ZERO_SHARES = (0.9, 0.5)
+"""Shares of documents bit-identical on both arms (numerator exactly 0)."""
+
+
+def today(numer: np.ndarray, tokens: np.ndarray, **kw: Any) -> stats.BudgetTest:
+    """The test before zero-inflation was handled: exact zeros nudged to 1e-300, so none is 0 and
+    the plain union bootstrap runs (all zeros: [0, 0], exact; some: percentile + studentized)."""
+    return stats.ratio_budget_test(np.where(numer == 0, 1e-300, numer), tokens, **kw)
+
+
+def simulate_zero(law: Law, n: int, share: float, reps: int, resamples: int, alpha: float,
+                  seed: int) -> dict[str, list[float]]:  # fmt: skip
+    """Per method (today, now): [upper covers, lower covers, upper +inf, all documents 0, median
+    finite upper / theta]. Each document is identical with probability ``share``, else its mean
+    per-token KLD is drawn from ``law``: theta = (1 - share) * E[law]."""
+    draw, mean = law
+    truth = (1 - share) * mean
+    gen = np.random.default_rng(seed)
+    hits = {m: np.zeros(4) for m in ("today", "now")}
+    widths: dict[str, list[float]] = {m: [] for m in hits}
+    for _ in range(reps):
+        tokens = gen.integers(32, 257, n).astype(float)
+        numer = np.where(gen.random(n) < share, 0.0, draw(gen, n) * tokens)
+        rs = int(gen.integers(2**32))
+        kw = {"budget": truth, "alpha": alpha, "n_resamples": resamples, "seed": rs}
+        for m, test in (("today", today), ("now", stats.ratio_budget_test)):
+            res = test(numer, tokens, **kw)
+            inf = not math.isfinite(res.upper)
+            hits[m] += [res.upper >= truth, res.lower <= truth, inf, not numer.any()]
+            if not inf:
+                widths[m].append(res.upper / truth)
+    return {m: [*(h / reps), float(np.median(widths[m])) if widths[m] else math.nan] for m, h in hits.items()}
+
+
+def zero_section(args: argparse.Namespace) -> None:
+    reps = 50 if args.quick else args.ratio_reps
+    print(f"\n## Documents exactly 0 (bit-identical): the ratio test's bounds\nalpha {args.alpha}, {reps} "
+          f"replicates, {args.resamples} resamples; theta = (1 - identical share) x E[per-document KLD]; "
+          "today: the union bootstrap as it was (exact zeros nudged to 1e-300); now: stats.ratio_budget_test")  # fmt: skip
+    print(f"{'law':<16} {'n':>4} {'ident':>6} {'method':<6} {'upper':>6} {'lower':>6} {'inf up':>7} "
+          f"{'all 0':>6} {'upper/theta':>12}")  # fmt: skip
+    for i, (name, law) in enumerate(LAWS.items()):
+        for n in ZERO_NS:
+            for j, share in enumerate(ZERO_SHARES):
+                seed = args.seed * 1000 + 100 * i + 10 * j + n
+                out = simulate_zero(law, n, share, reps, args.resamples, args.alpha, seed)
+                for m, (up, low, inf, zero, width) in out.items():
+                    print(f"{name:<16} {n:>4} {share:>6.0%} {m:<6} {up:>6.3f} {low:>6.3f} {inf:>7.3f} "
+                          f"{zero:>6.3f} {width:>12.2f}", flush=True)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- section "gate"
@@ -417,7 +479,8 @@ def ratio_section(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--section", choices=("ratio", "gate", "both"), default="both")
+    ap.add_argument("--section", choices=("ratio", "zero", "gate", "both"), default="both",
+                    help="both: ratio, zero and gate")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=200, help="whole-gate replicates per scenario")
     ap.add_argument("--ratio-reps", type=int, default=1000, help="ratio-test replicates per cell")
@@ -430,6 +493,8 @@ def main() -> None:
         args.reps = 10
     if args.section in ("ratio", "both"):
         ratio_section(args)
+    if args.section in ("zero", "both"):
+        zero_section(args)
     if args.section in ("gate", "both"):
         gate_section(args)
 

@@ -160,7 +160,12 @@ def token_ids(data: Any, server: str, path: str = "/tokenize") -> list[int]:
 
 
 def check_positions(
-    answered: Sequence[tuple[Any, Any, Any]], forced: Sequence[int], server: str, *, top_k: int
+    answered: Sequence[tuple[Any, Any, Any]],
+    forced: Sequence[int],
+    server: str,
+    *,
+    top_k: int,
+    kind: str = "forced",
 ) -> list[Position]:
     """Teacher-forced positions as a server answered them, each ``(token id or None when the
     answer does not say, logprob of the forced token, [(id, logprob), ...] best first)``, checked
@@ -170,14 +175,15 @@ def check_positions(
     <= 0; exactly ``top_k`` alternatives with whole-number ids, no id twice, most likely first,
     their probabilities summing to at most 1; and the forced token's logprob the same as its own
     entry in the list, or no higher than the last entry when it is not listed (a server that left
-    it at a default such as 0 for a token outside the top k)."""
+    it at a default such as 0 for a token outside the top k). ``kind`` names the tokens in errors
+    ("forced", or "generated" for the decode path's, ``engines._decoding``)."""
     if len(answered) != len(forced):
-        raise invalid(server, f"returned {len(answered)} positions for {len(forced)} forced tokens")
+        raise invalid(server, f"returned {len(answered)} positions for {len(forced)} {kind} tokens")
     out: list[Position] = []
     for i, (want, (got, logprob, top)) in enumerate(zip(forced, answered, strict=True)):
-        what = f"forced token {want} at position {i}"
+        what = f"{kind} token {want} at position {i}"
         if got is not None and _token_id(got, server, what) != want:
-            raise invalid(server, f"answered token {got} at position {i} where {want} was forced")
+            raise invalid(server, f"answered token {got} at position {i} where {want} was {kind}")
         lp = check_logprob(logprob, server, what)
         if not isinstance(top, (list, tuple)) or len(top) != top_k:
             shown = len(top) if isinstance(top, (list, tuple)) else _show(top)

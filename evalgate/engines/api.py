@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from evalgate.engines._launcher import ServerHandle, flags
 from evalgate.errors import ConfigError
@@ -25,6 +25,8 @@ from evalgate.variants import LaunchSpec, Variant
 __all__ = [
     "AttachDialect",
     "CacheObservation",
+    "Decoded",
+    "DriftPath",
     "Engine",
     "Get",
     "LogLik",
@@ -42,6 +44,26 @@ Split = tuple[list[int], list[int]]
 Position = tuple[float, tuple[tuple[int, float], ...]]
 """One teacher-forced position: (logprob of the token that is there, the model's top-k
 (token id, logprob) pairs at it, most likely first). The drift suite compares them across arms."""
+DriftPath = Literal["prefill", "decode"]
+"""Which computation a measured distribution came from: the prompt's forward pass (prefill, the
+freshly computed keys and values) or a generation step that reads the KV cache back (decode)."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A greedy generation read on the decode path (the drift suite's decode row): the tokens the
+    server generated and, per generated token, its logprob and the model's top-k at that step."""
+
+    tokens: tuple[int, ...]
+    """The generated token ids, in order (the stop token included when it was generated)."""
+    positions: tuple[Position, ...]
+    """One per generated token: (its logprob, the top-k (token id, logprob) pairs, best first),
+    from the model's raw logits at that step, never a processed or masked distribution. The first
+    comes from the prompt's own forward pass; every later one from a decode step that reads the
+    keys and values before it back from the KV cache."""
+    finish_reason: str
+    """"stop" at a stop token (included in ``tokens``), "length" at the token cap (``max_tokens``,
+    or the server's context window)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +90,13 @@ class Scorer(Protocol):
     concurrency: int
     """Requests this server gets in flight at once (the loop's semaphore)."""
 
+    forced_path: DriftPath = "prefill"
+    """What ``token_distributions`` measures on this engine: ``prefill`` where the forced tokens
+    are prompt tokens (SGLang's ``input_top_logprobs``, vLLM's ``prompt_logprobs``: the forward pass
+    over the prompt, which on a GPU attends over keys and values just computed, not read back from
+    an FP8 cache), ``decode`` where they are generated one step at a time (llama.cpp's token-id
+    grammar). The drift suite adds ``decode_distributions`` where this is ``prefill``."""
+
     async def loglikelihood(self, context: str, continuation: str) -> LogLik: ...
 
     async def loglikelihood_many(self, context: str, continuations: Sequence[str]) -> list[LogLik]:
@@ -83,6 +112,17 @@ class Scorer(Protocol):
         The default refuses: an engine that cannot teacher-force cannot run the drift suite."""
         raise ConfigError(
             f"{type(self).__name__} cannot return teacher-forced token distributions",
+            fix="drop the drift suite from --suites for this engine",
+        )
+
+    async def decode_distributions(self, prompt: Sequence[int], *, max_tokens: int, top_k: int) -> Decoded:
+        """The decode path: greedy generation of up to ``max_tokens`` tokens after the token ids
+        ``prompt``, each generated token with its logprob and the top ``top_k`` alternatives from
+        the model's raw logits at that step (no temperature, penalty or grammar applied), checked
+        where it is read (``engines._scoring``). The drift suite pairs the arms on the shared
+        prefix of their generations. The default refuses: such an engine's drift reads one path."""
+        raise ConfigError(
+            f"{type(self).__name__} cannot return per-step distributions of a greedy generation",
             fix="drop the drift suite from --suites for this engine",
         )
 

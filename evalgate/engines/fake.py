@@ -8,7 +8,9 @@ stops the run, as a kill would), and ``logprob(arm, context, continuation)`` sco
 continuation. The default script answers ``"fake"`` and prefers shorter continuations, which
 passes the preflight. ``token_distributions`` answers a pseudo-distribution over a small
 vocabulary drawn from a hash of the prefix (the same on every arm, in every process), which
-``drift(arm)`` perturbs by a known amount per arm. Launches, grouped by the servers up at the same time, and every request
+``drift(arm)`` perturbs by a known amount per arm; ``decode_distributions`` generates greedily
+from the same model, and ``decode_drift(arm, position)`` perturbs only those steps (a decode-only
+fault: the teacher-forced distributions stay exact). Launches, grouped by the servers up at the same time, and every request
 are recorded, so a test can say which arms ran together and which items each server was asked.
 
 It stands in for the loop's bookkeeping only (resume, errors, --aa, sequential stops, concurrent
@@ -26,13 +28,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from evalgate.engines._decoding import decode_prompt
 from evalgate.engines._launcher import ServerHandle
-from evalgate.engines.api import Engine, LogLik, Position, Scorer
+from evalgate.engines.api import Decoded, Engine, LogLik, Position, Scorer
 from evalgate.engines.attach import ShardedScorer
 from evalgate.engines.client import RequestFailed
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["FakeCall", "FakeEngine", "FakeScorer"]
+__all__ = ["FakeCall", "FakeEngine", "FakeScorer", "decode_drift_from"]
 
 Answer = Callable[[str, str], "str | None"]
 """(arm, prompt) -> the reply text; None: the request fails (RequestFailed)."""
@@ -40,6 +43,8 @@ LogProb = Callable[[str, str, str], float]
 """(arm, context, continuation) -> the continuation's log-probability."""
 Drift = Callable[[str], float]
 """arm -> the scale of the noise added to its logits at every position (0: the shared model)."""
+DecodeDrift = Callable[[str, int], float]
+"""(arm, generated position) -> noise added on top of ``Drift`` at that step of a greedy generation."""
 
 FAKE_VOCAB = 256
 """Token ids 0..255 share the fake model's probability; any other id is an unknown token."""
@@ -53,7 +58,8 @@ class FakeCall(NamedTuple):
     arm: str
     url: str
     kind: str
-    """'loglikelihood', 'generate', 'chat' or 'token_distributions' (prompt: the ids, comma-joined)."""
+    """'loglikelihood', 'generate', 'chat', 'token_distributions' or 'decode_distributions' (prompt:
+    the ids, comma-joined)."""
     prompt: str
     seed: int | None = None
     """A generation's sampling seed (common random numbers: the same on both arms per repeat)."""
@@ -66,6 +72,20 @@ def fake_answer(arm: str, prompt: str) -> str | None:
 
 def no_drift(arm: str) -> float:
     return 0.0
+
+
+def no_decode_drift(arm: str, position: int) -> float:
+    return 0.0
+
+
+def decode_drift_from(arm: str, position: int, scale: float) -> DecodeDrift:
+    """A decode-only fault on ``arm``: noise of ``scale`` on every generated position from
+    ``position`` (0-based) on, nothing before it and nothing on the other arms."""
+
+    def drift(on: str, at: int) -> float:
+        return scale if on == arm and at >= position else 0.0
+
+    return drift
 
 
 def fake_logprobs(digest: bytes, arm: str, drift: float) -> np.ndarray:
@@ -87,8 +107,12 @@ def prefix_digests(tokens: Sequence[int]) -> Iterator[bytes]:
     digest = hashlib.sha256(b"evalgate-fake").digest()
     yield digest
     for t in tokens:
-        digest = hashlib.sha256(digest + int(t).to_bytes(8, "big", signed=True)).digest()
+        digest = _then(digest, t)
         yield digest
+
+
+def _then(digest: bytes, token: int) -> bytes:
+    return hashlib.sha256(digest + int(token).to_bytes(8, "big", signed=True)).digest()
 
 
 def shorter_is_likelier(arm: str, context: str, continuation: str) -> float:
@@ -137,6 +161,28 @@ class FakeScorer(Scorer):
             forced = float(lps[tok]) if 0 <= tok < FAKE_VOCAB else UNKNOWN_LOGPROB
             out.append((forced, tuple((int(t), float(lps[t])) for t in best)))
         return out
+
+    async def decode_distributions(self, prompt: Sequence[int], *, max_tokens: int, top_k: int) -> Decoded:
+        """Greedy generation from the fake model: each step's distribution is the one
+        ``token_distributions`` reads at that prefix, plus the arm's ``decode_drift`` at that
+        position; it stops after the engine's ``eos`` (finish "stop") or at ``max_tokens``."""
+        ids = decode_prompt(prompt, max_tokens=max_tokens, top_k=top_k)
+        self.engine.calls.append(FakeCall(self.arm, self.url, "decode_distributions", _ids_text(ids)))
+        *_, digest = prefix_digests(ids)
+        tokens: list[int] = []
+        positions: list[Position] = []
+        for i in range(max_tokens):
+            lps = fake_logprobs(
+                digest, self.arm, self.engine.drift(self.arm) + self.engine.decode_drift(self.arm, i)
+            )
+            best = np.argsort(-lps, kind="stable")[: min(top_k, FAKE_VOCAB)]
+            tok = int(best[0])
+            tokens.append(tok)
+            positions.append((float(lps[tok]), tuple((int(t), float(lps[t])) for t in best)))
+            if tok == self.engine.eos:
+                return Decoded(tuple(tokens), tuple(positions), "stop")
+            digest = _then(digest, tok)
+        return Decoded(tuple(tokens), tuple(positions), "length")
 
     async def generate(
         self,
@@ -208,6 +254,10 @@ class FakeEngine(Engine):
     logprob: LogProb = shorter_is_likelier
     drift: Drift = no_drift
     """arm -> noise scale on its token distributions (``fake_logprobs``); 0 on every arm by default."""
+    decode_drift: DecodeDrift = no_decode_drift
+    """(arm, generated position) -> extra noise on ``decode_distributions`` only (``decode_drift_from``)."""
+    eos: int | None = None
+    """The token id that ends a greedy generation (finish "stop"); None: each runs to ``max_tokens``."""
     sampled: Callable[[str, str, int], str | None] | None = None
     """(arm, prompt, seed) -> the reply to a generation sampled at temperature > 0; None: ``answer``."""
     reasoning: Callable[[str, str], str | None] | None = None

@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from evalgate import stats
+from evalgate.gate._drift_text import drift_status
 from evalgate.gate._lengths import LengthTrend, lengths_for, sent_mismatch, trend_status
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
@@ -36,7 +37,7 @@ from evalgate.gate.agreement import (
     agreement_reason,
     agreement_row,
 )
-from evalgate.gate.drift import DriftRow, check_drift, drift_for, drift_status
+from evalgate.gate.drift import DriftRow, check_drift, drift_for
 from evalgate.gate.repeats import sampled_agreement_row
 from evalgate.store.records import Pair
 

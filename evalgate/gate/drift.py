@@ -22,8 +22,10 @@ baseline's second launch gives the same rows, shown as the noise floor.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Sequence
 from dataclasses import field
 from typing import Any
 
@@ -32,6 +34,8 @@ from pydantic import dataclasses as pyd
 
 from evalgate import stats
 from evalgate.errors import ConfigError
+from evalgate.gate._decode_drift import MIN_LATE_DOCS, bucket_sums, greedy_klds, parting_text, span_label
+from evalgate.store.drift_records import Forced, Greedy, check_pair, forced_of, greedy_of
 from evalgate.store.records import Pair
 
 __all__ = [
@@ -42,10 +46,7 @@ __all__ = [
     "DriftRow",
     "SuiteDrift",
     "check_drift",
-    "drift_block_reason",
     "drift_for",
-    "drift_pass_note",
-    "drift_status",
     "parse_drift_budget",
 ]
 
@@ -128,10 +129,22 @@ class DriftRow:
     """pass, block, underpowered, info."""
     reason: str = ""
     test: str = ""
+    path: str = ""
+    """What the measure read: prefill (prompt logprobs), decode (generated tokens: llama.cpp's
+    forced ones, or greedy generations compared on their shared prefix), "" (imported, or unknown)."""
+    span: str = ""
+    """The generated-token positions it covers (0-63, 64-255, 256-1023, 1024+); "": all of them."""
+    shown_only: bool = False
+    """A per-position bucket shown beside the gated rows, not in the family."""
+    onset: str = ""
+    """For a decode-path row: the first bucket whose lower bound is above the budget, if any."""
+    identical: float | None = None
+    """Every document identical on both arms: the most of documents that could differ (an upper
+    bound on the share, Clopper-Pearson), since no differing document sizes the drift."""
 
     @property
     def gated(self) -> bool:
-        return self.pair == "candidate" and self.budget is not None
+        return self.pair == "candidate" and self.budget is not None and not self.shown_only
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
@@ -163,9 +176,14 @@ def check_drift(suite: str, pairs: Sequence[Pair]) -> str | None:
         unit = _unit(p)
         if unit is None:
             return f"{suite}/{p.item_id}: no count of scored units ({', '.join(UNITS)}) on both arms"
+        why = check_pair(suite, p)
+        if why is not None:
+            return why
         nb, nc = p.baseline.metrics[unit], p.candidate.metrics[unit]
         if not (nb == nc and nb > 0):
             return f"{suite}/{p.item_id}: the arms scored {nb:g} and {nc:g} {unit}: not the same document"
+        if unit != _unit(pairs[0]):
+            return f"{suite}/{p.item_id}: counts {unit} where {pairs[0].item_id} counts {_unit(pairs[0])}"
     return None
 
 
@@ -205,41 +223,90 @@ def _rows(
 ) -> tuple[list[DriftRow], list[list[float]]]:
     rows: list[DriftRow] = []
     kls: list[list[float]] = []
-    tops = [_tops(p) for p in pairs]
-    if all(t is not None for t in tops):
-        same = total = 0
-        for tb, tc in tops:  # type: ignore[misc]
-            kls.append([float(v) for v in stats.position_klds(tb, tc)])
-            doc = stats.document_drift(tb, tc)
-            same, total = same + doc.top1_same, total + doc.n
-        sums, counts = [math.fsum(doc) for doc in kls], [float(len(doc)) for doc in kls]
-        rows.append(
-            _budget_row(
-                suite, pair_name, "kld", "tokens", sums, counts, budget and budget.kld, budget, alpha, seed
-            )
-        )
-        rows.append(
-            DriftRow(
-                suite,
-                "top1_agree",
-                pair_name,
-                "tokens",
-                len(pairs),
-                total,
-                same / total if total else 1.0,
-                test="share of positions whose most likely token is the same",
-                status="info",
-                reason="shown, not gated",
-            )
-        )
+    row = functools.partial(_budget_row, suite, pair_name, budget=budget, alpha=alpha, seed=seed)
+    if pairs and all("tokens" in p.baseline.metrics for p in pairs):  # live: distributions recorded
+        forced = [(forced_of(p.baseline), forced_of(p.candidate)) for p in pairs]
+        path = forced[0][0].path
+        docs = [stats.position_klds(b.top, c.top, forced=_forced(b, c)) for b, c in forced]
+        kls = [[float(v) for v in doc] for doc in docs]
+        same = sum(int(stats.document_drift(b.top, c.top).top1_same) for b, c in forced)
+        rows.append(row("kld", "tokens", [math.fsum(d) for d in kls], [float(len(d)) for d in kls],
+                        budget and budget.kld, path=path))  # fmt: skip
+        rows.append(_agree_row(suite, pair_name, len(pairs), sum(len(d) for d in kls), same, path))
+        if path == "decode":
+            rows += _bucket_rows(row, docs, budget, path)
+        greedy = [(greedy_of(p.baseline), greedy_of(p.candidate)) for p in pairs]
+        if greedy and all(b is not None and c is not None for b, c in greedy):
+            rows += _greedy_rows(suite, pair_name, row, greedy, budget)  # type: ignore[arg-type]
+    path = rows[0].path if rows else ""
     for i, unit in enumerate(u for u in UNITS if all(u in p.baseline.metrics for p in pairs)):
         diffs = [p.baseline.metrics["loglik"] - p.candidate.metrics["loglik"] for p in pairs]
         counts = [float(p.baseline.metrics[unit]) for p in pairs]
         margin = budget.ppl_margin if budget is not None and i == 0 else None
-        rows.append(
-            _budget_row(suite, pair_name, "ppl_ratio", unit, diffs, counts, margin, budget, alpha, seed)
-        )
+        rows.append(row("ppl_ratio", unit, diffs, counts, margin, path=path))
     return rows, kls
+
+
+def _forced(b: Forced, c: Forced) -> list[tuple[int, float, float]] | None:
+    """The forced token's own logprob on both arms, where the records hold it (version 2)."""
+    if b.ids is None or b.lp is None or c.lp is None:
+        return None
+    return list(zip(b.ids, b.lp, c.lp, strict=True))
+
+
+def _agree_row(
+    suite: str, pair_name: str, n: int, total: int, same: int, path: str, test: str = ""
+) -> DriftRow:
+    return DriftRow(
+        suite, "top1_agree", pair_name, "tokens", n, total, same / total if total else 1.0,
+        test=test or "share of positions whose most likely token is the same",
+        status="info", reason="shown, not gated", path=path,
+    )  # fmt: skip
+
+
+def _greedy_rows(
+    suite: str, pair_name: str, row: Any, greedy: Sequence[tuple[Greedy, Greedy]], budget: DriftBudget | None
+) -> list[DriftRow]:
+    """The decode path read from greedy generations: KL on the shared prefix (gated), its
+    buckets, top-1 agreement and where the generations part (module ``_decode_drift``)."""
+    compared = [greedy_klds(b, c) for b, c in greedy]
+    docs = [k for k, _, _ in compared]
+    test = "paired bootstrap over documents, on each pair's shared greedy prefix and first parting"
+    keep = [i for i, d in enumerate(docs) if d.size]
+    out = [
+        row("kld", "tokens", [math.fsum(docs[i]) for i in keep], [float(docs[i].size) for i in keep],
+            budget and budget.kld, path="decode", how=test)
+    ]  # fmt: skip
+    same, total = sum(int(s.sum()) for _, s, _ in compared), sum(int(d.size) for d in docs)
+    out.append(_agree_row(suite, pair_name, len(keep), total, same, "decode", "on the shared greedy prefix"))
+    share, where = parting_text([part for _, _, part in compared])
+    out.append(
+        DriftRow(suite, "parted", pair_name, "documents", len(greedy), len(greedy), share,
+                 status="info", reason=where, path="decode", test="greedy generations compared token by token")
+    )  # fmt: skip
+    return out + _bucket_rows(row, [docs[i] for i in keep], budget, "decode", first=out[0])
+
+
+def _bucket_rows(
+    row: Any, docs: Sequence[Any], budget: DriftBudget | None, path: str, first: DriftRow | None = None
+) -> list[DriftRow]:
+    """Per position bucket, the KL row over the documents that reach it (shown); the latest bucket
+    past the first that ``MIN_LATE_DOCS`` documents reach is gated. ``onset`` names the first
+    bucket shown above the budget."""
+    buckets = bucket_sums(docs)
+    if len(buckets) < 2:  # one bucket is the whole row again
+        return []
+    late = max((i for i, sums, _ in buckets if i > 0 and len(sums) >= MIN_LATE_DOCS), default=None)
+    out = [
+        row("kld", "tokens", sums, counts, budget and budget.kld, path=path, span=span_label(i),
+            shown_only=i != late)
+        for i, sums, counts in buckets
+    ]  # fmt: skip
+    limit = budget.kld if budget is not None else None
+    onset = next((r.span for r in out if limit is not None and r.lower is not None and r.lower > limit), "")
+    for r in [*out, *([first] if first is not None else [])]:
+        r.onset = onset
+    return out
 
 
 def _budget_row(
@@ -250,9 +317,14 @@ def _budget_row(
     numer: Sequence[float],
     denom: Sequence[float],
     limit: float | None,
+    *,
     budget: DriftBudget | None,
     alpha: float,
     seed: int,
+    path: str = "",
+    span: str = "",
+    shown_only: bool = False,
+    how: str = "",
 ) -> DriftRow:
     """A ratio estimator's row; the perplexity ratio is tested on its log (theta = mean change in
     log-likelihood per unit) against log(1 + margin), and shown as a ratio."""
@@ -263,82 +335,39 @@ def _budget_row(
         denom,
         budget=on_theta if on_theta is not None else 0.0,
         alpha=alpha,
-        seed=stats.stable_seed(seed, suite, measure, unit, pair_name),
+        seed=stats.stable_seed(seed, suite, measure, unit, pair_name, *((path, span) if path else ())),
     )  # fmt: skip  (an info row's budget is 0.0: its p is not used)
-    show = math.exp if ppl else (lambda v: v)
+    show = _exp if ppl else (lambda v: v)
     row = DriftRow(
-        suite, measure, pair_name, unit, len(numer), int(sum(denom)), float(show(test.estimate)),
+        suite, measure, pair_name, unit, len(numer), int(sum(denom)), min(float(show(test.estimate)), sys.float_info.max),
         lower=_finite(show, test.lower), upper=_finite(show, test.upper),
         budget=None if limit is None else (1 + limit if ppl else limit),
         budget_source="" if budget is None or limit is None else budget.source,
         p_value=float(test.p_value) if limit is not None else 1.0,
-        test=f"paired bootstrap over documents ({test.method}), one-sided",
+        test=f"{how or 'paired bootstrap over documents'} ({test.method}), one-sided",
+        path=path, span=span, shown_only=shown_only,
+        identical=test.share_upper if test.nonzero == 0 and test.n >= 2 else None,
     )  # fmt: skip
-    if limit is None:
+    if limit is None or shown_only:
         row.reason = "shown, not gated" if pair_name == "candidate" else "the noise floor (A/A), not gated"
+        if shown_only and pair_name == "candidate":
+            row.status = "info"
     return row
 
 
 def _finite(show: Any, value: float) -> float | None:
-    return float(show(value)) if math.isfinite(value) else None
+    shown = float(show(value)) if math.isfinite(value) else math.inf
+    return shown if math.isfinite(shown) else None
 
 
-def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
-    """A gated row's status and reason once its significance is known (Holm, or on its own under NI)."""
-    if not row.gated:
-        return
-    what = _describe(row)
-    within = row.upper is not None and row.budget is not None and row.upper < row.budget
-    if non_inferiority:
-        row.significant = not within
-    if row.significant:
-        row.status = "block"
-        shown = "not shown within" if non_inferiority else "above"
-        p = "" if non_inferiority else f", Holm p = {row.p_adjusted:.3g} < {alpha}"
-        row.reason = f"{what} {shown} the budget {_fmt(row, row.budget)}{p}"
-    elif within:
-        row.status = "pass"
-        row.reason = f"{what}: within the budget {_fmt(row, row.budget)}, powered (upper bound below it)"
-    else:
-        row.status = "underpowered"
-        row.reason = (
-            f"{what}: not shown above the budget {_fmt(row, row.budget)}, nor within it: the upper bound "
-            f"{_fmt(row, row.upper)} is not below it at n = {row.n} documents (more documents narrow it)"
-        )
-
-
-def _describe(row: DriftRow) -> str:
-    name = {"kld": "mean KL", "ppl_ratio": f"perplexity ratio (per {row.unit[:-1]})"}.get(
-        row.measure, row.measure
-    )
-    bounds = f"[{_fmt(row, row.lower)}, {_fmt(row, row.upper)}]"
-    return f"{row.suite} {name} {_fmt(row, row.estimate)}, bounds {bounds} ({row.n} documents)"
-
-
-def _fmt(row: DriftRow, value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    if row.measure == "kld":
-        return f"{value:.3g} nats/token"
-    if row.measure == "ppl_ratio":
-        return f"x{value:.4f}"
-    return f"{value:.1%}"
+def _exp(value: float) -> float:
+    """A log ratio shown as a ratio; past float range (a document a thousand nats apart) infinite,
+    which the row shows as no bound rather than crashing (OverflowError)."""
+    return math.exp(value) if value < 700 else math.inf
 
 
 def _unit(p: Pair) -> str | None:
     return next((u for u in UNITS if u in p.baseline.metrics and u in p.candidate.metrics), None)
-
-
-def _tops(p: Pair) -> tuple[list[Any], list[Any]] | None:
-    """Both arms' per-position top-k lists, when both recorded the same number of positions."""
-    b, c = p.baseline.response, p.candidate.response
-    if isinstance(b, Mapping) and isinstance(c, Mapping):
-        tb, tc = b.get("top"), c.get("top")
-        if isinstance(tb, list) and isinstance(tc, list) and len(tb) == len(tc):
-            return [[(int(t), float(lp)) for t, lp in pos] for pos in tb], [
-                [(int(t), float(lp)) for t, lp in pos] for pos in tc
-            ]
-    return None
 
 
 def _by_position(kls: Sequence[Sequence[float]]) -> tuple[list[int], list[float]]:
@@ -354,30 +383,3 @@ def _by_position(kls: Sequence[Sequence[float]]) -> tuple[list[int], list[float]
         values = [v for doc in kls for v in doc[s : s + width]]
         means.append(float(math.fsum(values) / len(values)) if values else 0.0)
     return starts, means
-
-
-def drift_block_reason(drift: Sequence[SuiteDrift]) -> str | None:
-    """The verdict's reason when a drift row blocks (the first, by adjusted p), else None."""
-    blocking = [r for d in drift for r in d.rows if r.gated and r.significant]
-    if not blocking:
-        return None
-    worst = min(blocking, key=lambda r: r.p_adjusted if r.p_adjusted is not None else r.p_value)
-    return worst.reason
-
-
-def drift_pass_note(drift: Sequence[SuiteDrift]) -> str:
-    """What a PASS says of the drift rows: within budget and powered, or UNDERPOWERED."""
-    gated = [r for d in drift for r in d.rows if r.gated]
-    if not gated:
-        return ""
-    weak = [r for r in gated if r.status == "underpowered"]
-    shown = "; ".join(
-        f"{r.suite} {'KL' if r.measure == 'kld' else 'perplexity'} {_fmt(r, r.estimate)} "
-        f"(upper {_fmt(r, r.upper)} < budget {_fmt(r, r.budget)})"
-        for r in gated
-        if r not in weak
-    )
-    note = f"; drift within budget, powered: {shown}" if shown else ""
-    if weak:
-        note += "; UNDERPOWERED drift: " + "; ".join(r.reason for r in weak)
-    return note

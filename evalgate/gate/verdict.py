@@ -16,6 +16,7 @@ from evalgate.gate.answers import answers_for
 from evalgate.gate.kernel_check import kernel_failures
 from evalgate.gate.repeats import item_means, repeat_summary
 from evalgate.stats.sequential import outcomes, summary_note
+from evalgate.store.drift_records import record_check
 from evalgate.store.manifest import Manifest, load_manifest
 from evalgate.store.records import Pair, RecordStore, errors_as_wrong, pair_records
 
@@ -46,7 +47,8 @@ class RunData:
         self.arm_names: list[str] = list(self.manifest.arm_names)
         store = RecordStore(self.dir, run_id=self.manifest.run_id)
         self.records = {
-            suite: {arm: store.load(suite, arm) for arm in self.arm_names} for suite in self.manifest.suites
+            suite: {arm: store.load(suite, arm, check=record_check(meta)) for arm in self.arm_names}
+            for suite, meta in self.manifest.suites.items()
         }
         self.errors_as_wrong = self.manifest.request.errors_as_wrong
         if self.errors_as_wrong:  # an item that failed after retries scores 0 on that arm
@@ -225,7 +227,29 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     cap = m.request.max_gen_tokens
     if cap and any(meta.kind != "loglikelihood" for meta in m.suites.values()):
         verdict.notes.append(f"generation capped at {cap} tokens on both arms")
+    verdict.notes += _cut_by_the_cap(verdict, cap)
     return verdict
+
+
+TRUNCATION_NOTE = 0.05
+"""The share of either arm's answers cut at the token cap beyond which the verdict says so: a
+failure that grows with output length (FP8 KV in decode) lives past the cap."""
+
+
+def _cut_by_the_cap(verdict: Verdict, cap: int | None) -> list[str]:
+    """A note per generation suite whose cap cut more than ``TRUNCATION_NOTE`` of an arm's answers."""
+    out = []
+    for a in verdict.answers:
+        b, c = a.baseline.truncated, a.candidate.truncated
+        if max(b, c) > TRUNCATION_NOTE:
+            limit = f"the cap of {cap} tokens" if cap else "the task's own token limit"
+            raise_it = "raise --max-gen-tokens" if cap else "raise the task's generation limit"
+            out.append(
+                f"{a.suite}: {limit} cut {b:.0%} of the baseline's and {c:.0%} of the candidate's answers: "
+                f"a failure that grows with output length (an FP8 KV cache read back in decode) can hide "
+                f"past it; {raise_it} to see it"
+            )
+    return out
 
 
 def _truncated(run: RunData) -> dict[str, int]:

@@ -55,9 +55,13 @@ FLIP_NOTE = (
     "predicts them."
 )
 NOTE = (
-    "KL(baseline ‖ candidate) per scored token in nats, from each position's top-k lists (the tokens in "
-    "both plus one remainder bucket: a lower bound on the true KL); perplexity ratio = candidate over "
-    "baseline. The bounds are one-sided {level} paired-bootstrap bounds over documents: a row passes "
+    "KL(baseline ‖ candidate) per scored token in nats, from each position's top-k lists (every listed "
+    "token by its identity, a token missing from one list at most as likely as that list's last entry: a "
+    "lower bound on the true KL); perplexity ratio = candidate over baseline. Prefill rows read prompt "
+    "logprobs (the forward pass over freshly computed keys and values); decode rows read generated "
+    "tokens, each step reading the KV cache back (llama.cpp's forced tokens, or both arms' greedy "
+    "generations compared up to the first position where they part), per generated-token position "
+    "bucket too. The bounds are one-sided {level} paired-bootstrap bounds over documents: a row passes "
     "when its upper bound is below the budget, blocks when the drift is shown above it, and is "
     "UNDERPOWERED otherwise (more documents narrow the bounds)."
 )
@@ -94,13 +98,18 @@ class DriftPanel:
 
 
 def drift_label(row: DriftRow) -> str:
-    """The measure as a reader names it, with its unit."""
+    """The measure as a reader names it, with its unit, the path it read (prefill: prompt
+    logprobs; decode: generated tokens) and the positions it covers."""
+    path = f"{row.path}: " if row.path else ""
+    span = f", positions {row.span}" if row.span else ""
     if row.measure == "kld":
-        return "mean KL (nats/token)"
+        return f"{path}mean KL (nats/token){span}"
     if row.measure == "ppl_ratio":
-        return f"perplexity ratio (per {row.unit.removesuffix('s')})"
+        return f"{path}perplexity ratio (per {row.unit.removesuffix('s')})"
     if row.measure == "top1_agree":
-        return "top-1 agreement"
+        return f"{path}top-1 agreement"
+    if row.measure == "parted":
+        return f"{path}greedy generations parted"
     return row.measure
 
 
@@ -112,7 +121,7 @@ def drift_value(measure: str, value: float | None) -> str:
         return f"{value:.3g}"
     if measure == "ppl_ratio":
         return f"x{value:.4f}"
-    if measure == "top1_agree":
+    if measure in ("top1_agree", "parted"):
         return fmt.pct(value)
     return f"{value:.4g}"
 
@@ -134,7 +143,10 @@ def drift_cells(row: DriftRow) -> list[str]:
 
 def quantile_rows(s: SuiteDrift) -> list[list[str]]:
     """Per pair with distributions: the per-token KL's p50, p90, p99, p99.9 and top-1 agreement."""
-    agree = {r.pair: r.estimate for r in s.rows if r.measure == "top1_agree"}
+    agree: dict[str, float] = {}
+    for r in s.rows:  # the forced path's agreement: the quantiles are its positions'
+        if r.measure == "top1_agree":
+            agree.setdefault(r.pair, r.estimate)
     out = []
     for pair in [p for p in PAIRS if p in s.quantiles] + [p for p in s.quantiles if p not in PAIRS]:
         q = s.quantiles[pair]

@@ -17,8 +17,9 @@ from evalgate.store.manifest import Manifest
 __all__ = ["PD_NOTE", "WORKER_HEADERS", "GatewayPanel", "gateway_panels"]
 
 PD_NOTE = (
-    "prompt-logprob suites (multiple choice, drift) exercise the prefill pool only; "
-    "generation suites exercise both pools"
+    "prompt-logprob suites (multiple choice) and the drift suite prefill rows read the prefill "
+    "workers numerics only; generation suites and the drift suite decode rows (greedy generations, "
+    "each step reading the KV cache the decode workers hold) read the decode workers too"
 )
 WORKER_HEADERS = ["worker", "role", "status", "probe mean KL vs the first worker", "answers routed"]
 

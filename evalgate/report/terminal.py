@@ -47,7 +47,8 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
             "" if r.p_adjusted is None else f"{r.p_adjusted:.3g}",
             r.status.upper(),
         )
-    console.print(table)
+    if verdict.suites:  # a drift-only run has no accuracy rows: no empty table
+        console.print(table)
     for r in verdict.suites:  # why a suite was not judged, in full (the verdict's reason may be another)
         if r.primary and r.status in ("error", "missing") and r.reason not in verdict.reason:
             console.print(escape(show_bidi(not_judged(r.suite, r.reason))), soft_wrap=True)

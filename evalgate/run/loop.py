@@ -27,6 +27,7 @@ from evalgate.errors import EvalgateError, InfraError, InvalidResponse, Prefligh
 from evalgate.redact import env_secrets, redact
 from evalgate.run.plan import RunPlan, check_resumed_server, check_resumed_tokenizer
 from evalgate.run.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
+from evalgate.store.drift_records import record_check
 from evalgate.store.records import Record, RecordStore
 from evalgate.suites import Item, ItemResult, Suite, SuiteOptions, SuitePreflight
 from evalgate.throughput import finish_compare, measure_handle
@@ -85,7 +86,10 @@ def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
     for group in schedule.groups():
         for arm in group:
             plan.manifest.arm_scheduled(arm)
-        recs = {arm: {s.name: store.load(s.name, arm) for s in plan.suites} for arm in group}
+        recs = {
+            arm: {s.name: store.load(s.name, arm, check=record_check(s)) for s in plan.suites}
+            for arm in group
+        }
         busy = schedule.live(group, recs)
         sweep = [arm for arm in group if _needs_sweep(plan, arm)]
         live = [arm for arm in group if arm in busy or arm in sweep]

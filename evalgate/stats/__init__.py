@@ -20,14 +20,12 @@ from evalgate.stats._agreement import (
     top1_agree,
 )
 from evalgate.stats._drift import (
-    BudgetTest,
     DocDrift,
     document_drift,
     kld_quantiles,
     perplexity_ratio,
     position_kld,
     position_klds,
-    ratio_budget_test,
     top1_same,
 )
 from evalgate.stats._evalues import (
@@ -43,6 +41,7 @@ from evalgate.stats._intervals import DiffCI, paired_diff_ci
 from evalgate.stats._margin import EXACT_LIMIT, ExcessTestResult, excess_test, tango_score
 from evalgate.stats._paired import McNemarResult, holm, mcnemar, mde, required_n
 from evalgate.stats._perplexity import rolling_aggregates
+from evalgate.stats._ratio_budget import IDENTICAL_METHOD, ZERO_INFLATED_METHOD, BudgetTest, ratio_budget_test
 from evalgate.stats._resampling import (
     BootstrapResult,
     PermutationResult,
@@ -67,6 +66,8 @@ __all__ = [
     "DEFAULT_FLIP_BUDGET",
     "DEFAULT_LEAK_SHARE",
     "EXACT_LIMIT",
+    "IDENTICAL_METHOD",
+    "ZERO_INFLATED_METHOD",
     "BinomTestResult",
     "BootstrapResult",
     "BudgetTest",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -153,14 +153,17 @@ class RecordStore:
     def path(self, suite: str, arm: str) -> Path:
         return self.dir / f"{safe_name(suite)}.{safe_name(arm)}.jsonl"
 
-    def load(self, suite: str, arm: str) -> dict[tuple[str, str, int], Record]:
-        """The latest record per item; repairs a torn last line so appends stay valid JSONL."""
+    def load(
+        self, suite: str, arm: str, *, check: Callable[[Record], str | None] | None = None
+    ) -> dict[tuple[str, str, int], Record]:
+        """The latest record per item; repairs a torn last line so appends stay valid JSONL.
+        ``check``: why a record cannot be used (refused naming the file and line), or None."""
         path = self.path(suite, arm)
         if not entry_exists(path):
             return {}
         truncate_torn_tail(path)
         out = {}
-        for r in read_records(path):
+        for r in read_records(path, check=check):
             if self.run_id is not None and r.run_id and r.run_id != self.run_id:
                 raise ConfigError(
                     f"{path} holds records of run {r.run_id}, not of this run ({self.run_id})",
@@ -179,13 +182,14 @@ class RecordStore:
         return sorted(self.dir.glob("*.jsonl")) if self.dir.exists() else []
 
 
-def read_records(path: Path) -> Iterator[Record]:
-    """Every complete line of an items file as a Record (a regular file, bounded: store.files)."""
+def read_records(path: Path, *, check: Callable[[Record], str | None] | None = None) -> Iterator[Record]:
+    """Every complete line of an items file as a Record (a regular file, bounded: store.files);
+    a record ``check`` refuses is an error naming the file and line, never skipped."""
     for lineno, raw in enumerate(iter_lines(path), 1):
         if not raw.endswith(b"\n"):
             return  # torn by a crash mid-write; the item reruns on resume
         try:
-            yield parse_record(raw.decode("utf-8"))
+            record = parse_record(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise ConfigError(
                 f"{path}:{lineno} is not UTF-8 text",
@@ -196,6 +200,13 @@ def read_records(path: Path) -> Iterator[Record]:
                 f"{path}:{lineno} is not a valid record: {exc}",
                 fix="remove that line; its item will rerun with --resume",
             ) from exc
+        why = check(record) if check is not None else None
+        if why is not None:
+            raise ConfigError(
+                f"{path}:{lineno} ({record.item_id}) cannot be compared: {why}",
+                fix="remove that line; its item will rerun with --resume",
+            )
+        yield record
 
 
 def errors_as_wrong(records: Mapping[K, Record], metrics: Iterable[str]) -> dict[K, Record]:

@@ -13,12 +13,27 @@ Documents are GSM8K train problems (never the test split the gsm8k suite answers
 is the context, so the KV cache holds it as the candidate stores it, and the first ``max_tokens``
 tokens of the reference solution are scored. Both arms must send the same token ids: each record
 carries their digest (``sent_hash``) and a pair whose digests differ is an ERROR row.
+
+Two paths, because quantized KV caches fail where the cache is read back. Forcing the solution
+(``Scorer.token_distributions``) reads prompt logprobs on SGLang and vLLM: the prefill pass, which
+on a GPU attends over keys and values it has just computed in BF16, so an FP8 KV cache that breaks
+generation (sglang#22671, TensorRT-LLM#16916, sglang#25790) looks perfect there. Where the forced
+path is prefill (``Scorer.forced_path``), each document is therefore also decoded greedily for
+``decode_tokens`` tokens (``Scorer.decode_distributions``): every step reads the cache, and the
+gate compares the arms position by position on the shared prefix of their two generations, up to
+and including the first position where they part. On llama.cpp the forced tokens are generated
+one step at a time through a token-id grammar, so the forced path is already the decode path.
+
+Record (suite version 2): ``response = {"path": "prefill"|"decode", "ids": [forced ids], "lp":
+[their logprobs], "top": [[[id, logprob], ...] per position], "decode": {"ids", "lp", "top",
+"finish"}}``, ``decode`` only where the forced path is prefill.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -27,12 +42,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.config import read_text
+from evalgate.engines.api import Position
 from evalgate.errors import ConfigError
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 
 __all__ = ["DriftSettings", "DriftSuite", "drift"]
 
 _TRAIN = "gsm8k/train.jsonl"
+DECODE_TOKENS = 512
+"""Greedy decode steps per document on an engine without a generation cap (a GPU): FP8-KV
+failures grow with output length (TensorRT-LLM#16916 decayed from 92 to 74 over its outputs and
+looked fine at 96 tokens), so the decode row must reach past the first bucket."""
+CAPPED_DECODE_TOKENS = 64
+"""The same on an engine that caps generation (a CPU engine's smoke-sized runs)."""
 _HUB = ("openai/gsm8k", "main")
 
 
@@ -56,6 +78,15 @@ class DriftSettings(BaseModel):
         gt=0,
         description="the gate's perplexity-ratio budget is 1 + this (--drift-budget wins; unset: 0.02)",
     )
+    decode_tokens: int | None = Field(
+        None,
+        ge=0,
+        le=4096,
+        description=(
+            "greedy tokens decoded per document where the forced path is prefill (SGLang, vLLM); "
+            f"unset: {DECODE_TOKENS} without a generation cap, {CAPPED_DECODE_TOKENS} with one (CPU); 0: none"
+        ),
+    )
 
     def budget_text(self) -> str | None:
         """The budgets set here, as ``--drift-budget`` spells them; None when none is set."""
@@ -67,7 +98,7 @@ class DriftSettings(BaseModel):
 @dataclass
 class DriftSuite(Suite):
     name: str = "drift"
-    version: int = 1
+    version: int = 2
     metrics: tuple[str, ...] = ("loglik", "tokens")
     kind: str = "loglikelihood"
     private: bool = False
@@ -78,14 +109,24 @@ class DriftSuite(Suite):
     def drift_budget(self) -> str | None:
         return self.settings.budget_text()
 
+    def decode_tokens(self, options: SuiteOptions) -> int:
+        """Greedy decode steps per document (``decode_tokens``, or its engine-sized default)."""
+        if self.settings.decode_tokens is not None:
+            return self.settings.decode_tokens
+        if options.max_gen_tokens is None:
+            return DECODE_TOKENS
+        return min(CAPPED_DECODE_TOKENS, options.max_gen_tokens)
+
     def size(self, options: SuiteOptions) -> int:
         return len(_documents(_where(options)))
 
     def source(self, options: SuiteOptions) -> str:
         s = self.settings
+        decode = self.decode_tokens(options)
         return (
             f"GSM8K train ({_where(options)}): question as context, the first {s.max_tokens} solution "
             f"tokens teacher-forced, top-{s.top_k} logprobs per position"
+            + (f"; where that is prefill, {decode} greedy tokens decoded" if decode else "")
         )
 
     def load(self, options: SuiteOptions, n: int | None) -> list[Item]:
@@ -97,6 +138,7 @@ class DriftSuite(Suite):
                 "doc": [question, answer],
                 "top_k": self.settings.top_k,
                 "max_tokens": self.settings.max_tokens,
+                "decode_tokens": self.decode_tokens(options),
             }
             items.append(
                 Item(
@@ -119,17 +161,36 @@ class DriftSuite(Suite):
                 fix="check the server's tokenizer (the preflight's round trip)",
             )
         tokens = [*context, *scored]
-        positions = await scorer.token_distributions(tokens, start=len(context), top_k=self.settings.top_k)
-        top = [[[int(t), float(lp)] for t, lp in alternatives] for _, alternatives in positions]
+        top_k = self.settings.top_k
+        positions = await scorer.token_distributions(tokens, start=len(context), top_k=top_k)
+        response: dict[str, Any] = {"path": scorer.forced_path, "ids": list(scored), **_lists(positions)}
+        counts = {"prompt": len(context), "scored": len(positions)}
+        steps = self.decode_tokens(options)
+        if scorer.forced_path == "prefill" and steps:
+            decoded = await scorer.decode_distributions(context, max_tokens=steps, top_k=top_k)
+            response["decode"] = {
+                "ids": list(decoded.tokens),
+                **_lists(decoded.positions),
+                "finish": decoded.finish_reason,
+            }
+            counts["decoded"] = len(decoded.tokens)
         loglik = float(sum(lp for lp, _ in positions))
         digest = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
         return ItemResult(
-            response={"top": top},
+            response=response,
             extracted=None,
             metrics={"loglik": loglik, "tokens": float(len(positions))},
-            tokens={"prompt": len(context), "scored": len(positions)},
+            tokens=counts,
             extra={"prompt_tokens": len(tokens), "sent_hash": digest},
         )
+
+
+def _lists(positions: Sequence[Position]) -> dict[str, Any]:
+    """Positions as the record stores them: each token's logprob (``lp``) and its top-k (``top``)."""
+    return {
+        "lp": [float(lp) for lp, _ in positions],
+        "top": [[[int(t), float(v)] for t, v in alternatives] for _, alternatives in positions],
+    }
 
 
 def drift(name: str = "drift") -> DriftSuite:

@@ -73,13 +73,18 @@ def _row(verdict, measure: str, pair: str = "candidate"):
     return next(r for d in verdict.drift for r in d.rows if r.measure == measure and r.pair == pair)
 
 
-def test_identical_arms_drift_exactly_zero_and_pass_powered() -> None:
+def test_identical_arms_drift_exactly_zero_and_say_how_many_could_differ() -> None:
+    """Every document bit-identical sizes nothing: no upper bound, and no advice that cannot help
+    (issue 42: a bound that collapsed to [0, 0] printed "within budget, powered" at n = 12)."""
     v = _decide(drift_pairs(50, noise=0.0))
     kld, ppl, top1 = _row(v, "kld"), _row(v, "ppl_ratio"), _row(v, "top1_agree")
-    assert kld.estimate == 0.0 and kld.upper == 0.0 and kld.p_value == 1.0
+    assert kld.estimate == 0.0 and kld.upper is None and kld.p_value == 1.0
+    assert kld.status == "underpowered" and "more documents narrow it" not in kld.reason
+    assert "identical on all 50 documents" in kld.reason and "5.8%" in kld.reason
     assert ppl.estimate == 1.0 and top1.estimate == 1.0
-    assert kld.status == ppl.status == "pass" and top1.status == "info"
-    assert v.verdict == "PASS" and "drift within budget, powered" in v.reason
+    assert kld.status == ppl.status == "underpowered" and top1.status == "info"
+    assert v.verdict == "PASS" and "drift within budget, powered" not in v.reason
+    assert "UNDERPOWERED drift" in v.reason
     assert v.drift[0].quantiles["candidate"]["p99.9"] == 0.0
 
 

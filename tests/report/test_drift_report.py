@@ -75,7 +75,7 @@ def drift_pairs(
     for d in range(n):
         tb = [_dist(rng) for _ in range(positions)]
         s = noise * (d % 3 + 0.5)
-        tc = [[[t, lp + rng.gauss(0, s)] for t, lp in pos] for pos in tb]
+        tc = [[[t, min(0.0, lp + rng.gauss(0, s))] for t, lp in pos] for pos in tb]  # a logprob is <= 0
         out.append(Pair(f"{suite}-{d:04d}", 0, _record(suite, "baseline", d, tb), _record(suite, arm, d, tc)))
     return out
 

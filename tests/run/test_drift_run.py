@@ -14,7 +14,7 @@ from evalgate.suites import SuiteOptions, default_registry
 
 def _compare(out: Path, data_dir: Path, *flags: str) -> int:
     return main(["compare", "--engine", "fake", "--suites", "drift", "--limit", "12", "--data-dir", str(data_dir),
-                 "--out", str(out), "--skip-kernel-check", *flags])  # fmt: skip
+                 "--out", str(out), "--skip-kernel-check", "--suite-opt", "drift.decode_tokens=64", *flags])  # fmt: skip
 
 
 def _rows(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -29,9 +29,15 @@ def test_identical_arms_pass_with_zero_drift_and_records_pair_by_token_ids(
     engine = use(FakeEngine())
     out = tmp_path / "run"
     assert _compare(out, data_dir) == 0
-    rows = _rows(out)
-    assert rows[("kld", "candidate")]["estimate"] == 0.0 and rows[("kld", "candidate")]["status"] == "pass"
-    assert rows[("ppl_ratio", "candidate")]["estimate"] == 1.0
+    v = json.loads((out / "verdict.json").read_text())
+    rows = [r for r in v["drift"][0]["rows"] if r["pair"] == "candidate"]
+    assert {r["path"] for r in rows} == {"prefill", "decode"}  # the fake engine forces through prefill
+    assert all(
+        r["estimate"] == (1.0 if r["measure"] == "ppl_ratio" else 0.0)
+        for r in rows
+        if r["measure"] != "top1_agree"
+    )
+    assert all(r["status"] != "block" for r in rows) and v["verdict"] == "PASS"
     base = [json.loads(x) for x in (out / "items" / "drift.baseline.jsonl").read_text().splitlines()]
     cand = [json.loads(x) for x in (out / "items" / "drift.candidate.jsonl").read_text().splitlines()]
     assert len(base) == len(cand) == 12
@@ -40,6 +46,11 @@ def test_identical_arms_pass_with_zero_drift_and_records_pair_by_token_ids(
         assert len(b["response"]["top"]) == b["metrics"]["tokens"] == b["tokens"]["scored"] > 0
         assert all(len(pos) == 20 for pos in b["response"]["top"])
     assert sum(1 for c in engine.calls if c.kind == "token_distributions") == 24
+    assert sum(1 for c in engine.calls if c.kind == "decode_distributions") == 24
+    assert all(
+        b["response"]["decode"]["ids"] == c["response"]["decode"]["ids"]
+        for b, c in zip(base, cand, strict=True)
+    )
 
 
 def test_a_drifting_candidate_blocks_and_a_resume_reaches_the_same_rows(

@@ -52,6 +52,7 @@ class FakeSuite:
     metrics: tuple[str, ...] = ("acc",)
     kind: str = "loglikelihood"
     private: bool = False
+    metric_kind: str = "binary"  # a suite's declared facts (suites._base.Suite) that the loop reads
 
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
         out = await scorer.generate(item.item_id, max_tokens=1, stop=[])

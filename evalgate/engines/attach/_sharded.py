@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evalgate.engines.api import LogLik, Position, Scorer
+from evalgate.engines.api import Decoded, LogLik, Position, Scorer
 from evalgate.engines.gateway import GatewayScorer
 from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import PreflightError
@@ -33,6 +33,13 @@ class ShardedScorer(Scorer):
             raise ValueError("one scorer per URL")
         self.scorers, self.urls = list(scorers), list(urls)
         self.concurrency = sum(int(s.concurrency) for s in self.scorers)
+        paths = {s.forced_path for s in self.scorers}
+        if len(paths) != 1:
+            raise ValueError(
+                f"the URLs of one arm measure teacher forcing on different paths: {sorted(paths)}"
+            )
+        self.forced_path = paths.pop()
+        """The URLs' own (one engine's: attach mode refuses an arm of mixed engines)."""
 
     def shard_of(self, key: str) -> int:
         return shard_index(key, len(self.scorers))
@@ -51,6 +58,11 @@ class ShardedScorer(Scorer):
     async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
         """A document's positions on one URL, keyed by its ids (a rerun sends it to the same one)."""
         return await self._on(repr(list(tokens))).token_distributions(tokens, start=start, top_k=top_k)
+
+    async def decode_distributions(self, prompt: Sequence[int], *, max_tokens: int, top_k: int) -> Decoded:
+        """A prompt's greedy generation on one URL, keyed by its ids as ``token_distributions``."""
+        scorer = self._on(repr(list(prompt)))
+        return await scorer.decode_distributions(prompt, max_tokens=max_tokens, top_k=top_k)
 
     async def generate(
         self,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from evalgate.engines.api import CacheObservation, LogLik, Position, Scorer
+from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Scorer
 from evalgate.engines.client import ROUTING_KEY
 from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import ConfigError
@@ -76,6 +76,8 @@ class GatewayScorer(Scorer):
         tolerance: float = 1e-5,
     ) -> None:
         self.through, self.workers = through, dict(workers)
+        self.forced_path = through.forced_path
+        """The engine's behind the gateway (llama.cpp's workers force on the decode path)."""
         for scorer in self.workers.values():
             if hasattr(scorer, "cache_prompt"):  # llama.cpp: the probe must not depend on a worker's cache
                 scorer.cache_prompt = False
@@ -101,6 +103,10 @@ class GatewayScorer(Scorer):
     async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
         call = self.through.token_distributions(tokens, start=start, top_k=top_k)
         return await self._keyed(repr(list(tokens)), call)
+
+    async def decode_distributions(self, prompt: Sequence[int], *, max_tokens: int, top_k: int) -> Decoded:
+        call = self.through.decode_distributions(prompt, max_tokens=max_tokens, top_k=top_k)
+        return await self._keyed(repr(list(prompt)), call)
 
     async def generate(self, prompt: str, **kwargs: Any) -> dict[str, Any]:
         return await self._keyed(prompt, self.through.generate(prompt, **kwargs))

@@ -13,6 +13,13 @@ token's probability is looked up in that same full list. (Newer builds partial-s
 leading ``n_probs``, so the float32 normalizer, and each logprob, moves by ~1e-6 with top k.) Seen on the real server: other tokens
 rank above the forced one and the top 20 sum below 1, where a grammar-masked distribution would
 give the forced token logprob 0 and nothing else (tests/e2e/test_e2e_distributions.py).
+The forced tokens are generated, one decode step each after the first (which the prompt's own
+batch scores), so this engine's ``forced_path`` is "decode".
+
+Decode distributions (``decode_distributions``) are the same request without the grammar: greedy
+(``temperature`` 0, the penalties sent at their neutral values so a server's defaults cannot move
+the pick), each generated token with its ``top_logprobs`` from the same raw list, checked by
+``engines._decoding.check_decoded``.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evalgate.engines._decoding import check_decoded, decode_prompt
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines._scoring import (
     TokenCache,
@@ -37,12 +45,13 @@ from evalgate.engines._scoring import (
     server_client,
     token_ids,
 )
-from evalgate.engines.api import CacheObservation, LogLik, Position, Scorer, Split
+from evalgate.engines.api import CacheObservation, Decoded, DriftPath, LogLik, Position, Scorer, Split
 
 __all__ = [
     "UPGRADE_ATTACHED",
     "UPGRADE_LAUNCHED",
     "LlamaCppScorer",
+    "read_decoded",
     "read_forced_logprobs",
     "read_forced_positions",
     "upgrade_hint",
@@ -61,6 +70,8 @@ def upgrade_hint(handle: ServerHandle) -> str:
 
 class LlamaCppScorer(Scorer):
     """Loglikelihood, generation, chat and tokenization against one llama-server."""
+
+    forced_path: DriftPath = "decode"
 
     def __init__(
         self, handle: ServerHandle, *, concurrency: int, seed: int = 0, cache_prompt: bool = True
@@ -122,6 +133,26 @@ class LlamaCppScorer(Scorer):
             return []
         data = await self.http.post("/v1/completions", self.forcing_payload(ctx, forced, top_k=top_k))
         return read_forced_positions(data, forced, self.server, top_k=top_k, upgrade=self.upgrade)
+
+    async def decode_distributions(self, prompt: Sequence[int], *, max_tokens: int, top_k: int) -> Decoded:
+        """A greedy ``/v1/completions`` after the ids ``prompt`` (module docstring), each generated
+        token with its logprob and the top ``top_k`` of the raw logits at its step."""
+        ids = decode_prompt(prompt, max_tokens=max_tokens, top_k=top_k)
+        body = {
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "logprobs": top_k,
+            "n_probs": top_k,
+            "post_sampling_probs": False,
+            "cache_prompt": self.cache_prompt,
+            "repeat_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "dry_multiplier": 0.0,
+        }
+        data = await self.http.post("/v1/completions", body)
+        return read_decoded(data, self.server, max_tokens=max_tokens, top_k=top_k)
 
     async def split_tokens(self, context: str, continuation: str) -> Split:
         """lm-eval's split: trailing context whitespace moves to the continuation, then
@@ -269,3 +300,24 @@ def read_forced_positions(
             for e in content
         ]
     return check_positions(answered, forced, server, top_k=top_k)
+
+
+def read_decoded(data: Any, server: str = "llama-server", *, max_tokens: int, top_k: int) -> Decoded:
+    """The greedy generation of one ``/v1/completions`` answer: ``logprobs.content`` per generated
+    token ``{id, logprob, top_logprobs: [{id, logprob}, ...]}`` and the choice's ``finish_reason``,
+    checked by ``check_decoded``."""
+    choice = first_choice(data, server, "/v1/completions")
+    with parsing(server, "/v1/completions logprobs"):
+        content = (choice.get("logprobs") or {}).get("content") or []
+        tokens = [e["id"] for e in content]
+        answered = [
+            (
+                e["id"],
+                e.get("logprob"),
+                [(t.get("id"), t.get("logprob")) for t in e.get("top_logprobs") or []],
+            )
+            for e in content
+        ]
+    return check_decoded(
+        answered, tokens, choice.get("finish_reason"), server, top_k=top_k, max_tokens=max_tokens
+    )

@@ -16,6 +16,10 @@ sampled: their logprobs are the log-softmax of the raw logits, no temperature or
 (``InputLogprobProcessor._forward_by_chunk`` and ``get_top_logprobs_chunk`` in
 ``layers/logprob_processor.py``).
 
+Decode distributions (the drift suite's decode path) are one greedy ``/generate`` with
+``logprob_start_len`` -1 and ``top_logprobs_num`` = top k, read from ``output_token_logprobs`` and
+``output_top_logprobs`` (``_decode``, which cites the source).
+
 The chat template is observed with ``/tokenize`` given ``messages`` (SGLang renders them as a
 chat completion would, then encodes), and ``/detokenize`` with ``skip_special_tokens: false``
 turns the ids back into the rendered text. ``messages`` in ``/tokenize`` exists from SGLang 0.5.12
@@ -35,6 +39,7 @@ from typing import Any
 
 import aiohttp
 
+from evalgate.engines._decoding import decode_prompt
 from evalgate.engines._scoring import (
     BatchScorer,
     check_chat,
@@ -46,8 +51,9 @@ from evalgate.engines._scoring import (
     parsing,
     token_ids,
 )
-from evalgate.engines.api import CacheObservation, LogLik, Position, Split
+from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed
+from evalgate.engines.sglang._decode import decode_payload, read_decoded
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
 
@@ -109,6 +115,13 @@ class SGLangScorer(BatchScorer):
             return []
         data = await self.http.post("/generate", distributions_payload(tokens, start=start, top_k=top_k))
         return read_positions(data, forced, top_k=top_k, server=self.server)
+
+    async def decode_distributions(self, prompt: Sequence[int], *, max_tokens: int, top_k: int) -> Decoded:
+        """One greedy ``/generate`` after the ids ``prompt``: each generated token with its
+        logprob and top ``top_k`` from the decode step that produced it (``_decode``)."""
+        ids = decode_prompt(prompt, max_tokens=max_tokens, top_k=top_k)
+        data = await self.http.post("/generate", decode_payload(ids, max_tokens=max_tokens, top_k=top_k))
+        return read_decoded(data, max_tokens=max_tokens, top_k=top_k, server=self.server)
 
     # -- generation and chat -----------------------------------------------------------------
     async def generate(

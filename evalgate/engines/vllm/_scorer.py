@@ -30,6 +30,10 @@ with the default ``logprobs_mode`` raw_logprobs; a server started with ``raw_log
 logits, which the check refuses), -inf written as -9999.0 (``clamp_prompt_logprobs``). A top k
 above the server's ``--max-logprobs`` (default 20) is refused by vLLM (``SamplingParams``).
 
+Decode distributions (the drift suite's decode path): one greedy ``/v1/completions`` with
+``logprobs`` = top k and the tokens as ids, read from ``choices[0].logprobs`` (``_decode``, which
+cites the source).
+
 Speed, not scores: ``prompt_logprobs`` turns off reading the prefix cache for the request
 (0.33.0 ``sampling_params.py``: ``skip_reading_prefix_cache``), so the choices of one question each
 prefill their context again.
@@ -42,6 +46,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from evalgate.engines._decoding import decode_prompt
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines._scoring import (
     BatchScorer,
@@ -55,8 +60,9 @@ from evalgate.engines._scoring import (
     parsing,
     token_ids,
 )
-from evalgate.engines.api import CacheObservation, LogLik, Position, Split
+from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed, RetryPolicy
+from evalgate.engines.vllm._decode import decode_payload, read_decoded
 from evalgate.engines.vllm._diagnose import TESTED_VERSION
 from evalgate.errors import PreflightError
 
@@ -255,6 +261,13 @@ class VLLMScorer(BatchScorer):
         if len(choices) != 1:
             raise invalid(self.server, f"answered {len(choices)} choices for one prompt")
         return read_positions(choices[0], tokens, start, top_k=top_k, server=self.server)
+
+    async def decode_distributions(self, prompt: Sequence[int], *, max_tokens: int, top_k: int) -> Decoded:
+        """One greedy ``/v1/completions`` after the ids ``prompt``: each generated token with its
+        logprob and top ``top_k`` from the decode step that produced it (``_decode``)."""
+        ids = decode_prompt(prompt, max_tokens=max_tokens, top_k=top_k)
+        data = await self._logprobs(decode_payload(ids, max_tokens=max_tokens, top_k=top_k, model=self.model))
+        return read_decoded(data, max_tokens=max_tokens, top_k=top_k, server=self.server)
 
     async def generate(
         self,

@@ -1,0 +1,112 @@
+"""What the drift rows say: each gated row's status and reason once its significance is known,
+the verdict's reason when one blocks, and what a PASS says of them (``gate/drift.py`` builds them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from evalgate.gate.drift import DriftRow, SuiteDrift
+
+__all__ = ["drift_block_reason", "drift_pass_note", "drift_status"]
+
+
+def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
+    """A gated row's status and reason once its significance is known (Holm, or on its own under NI)."""
+    if not row.gated:
+        return
+    what = _describe(row)
+    within = row.upper is not None and row.budget is not None and row.upper < row.budget
+    if non_inferiority:
+        row.significant = not within
+    onset = f"; decode drift starts at positions {row.onset}" if row.onset else ""
+    if row.significant:
+        row.status = "block"
+        shown = "not shown within" if non_inferiority else "above"
+        p = "" if non_inferiority else f", Holm p = {row.p_adjusted:.3g} < {alpha}"
+        row.reason = f"{what} {shown} the budget {_fmt(row, row.budget)}{p}{onset}"
+    elif within:
+        row.status = "pass"
+        row.reason = f"{what}: within the budget {_fmt(row, row.budget)}, powered (upper bound below it)"
+    elif row.upper is None and row.identical is not None:
+        row.status = "underpowered"
+        row.reason = (
+            f"{_name(row)}: {identical_text(row)}; not shown within the budget {_fmt(row, row.budget)}"
+        )
+    else:
+        row.status = "underpowered"
+        row.reason = f"{what}: not shown above the budget {_fmt(row, row.budget)}, nor within it: {_why_open(row)}{onset}"
+
+
+def identical_text(row: DriftRow) -> str:
+    """What a row of documents identical on both arms can say: how many could differ, not how much."""
+    return (
+        f"identical on all {row.n} documents, so no differing document sizes the drift "
+        f"(at most {row.identical or 0:.1%} of documents could differ)"
+    )
+
+
+def _why_open(row: DriftRow) -> str:
+    """Why a row's upper bound is not below its budget, and what would close it (if anything)."""
+    if row.upper is None:
+        return f"no upper bound at n = {row.n} documents (at least 2 are needed)"
+    return f"the upper bound {_fmt(row, row.upper)} is not below it at n = {row.n} documents (more documents narrow it)"
+
+
+def _name(row: DriftRow) -> str:
+    name = {"kld": "mean KL", "ppl_ratio": f"perplexity ratio (per {row.unit[:-1]})"}.get(
+        row.measure, row.measure
+    )
+    name = f"{row.path}-path {name}" if row.path and row.measure == "kld" else name
+    return f"{row.suite} {name}" + (f" at positions {row.span}" if row.span else "")
+
+
+def _describe(row: DriftRow) -> str:
+    bounds = f"[{_fmt(row, row.lower)}, {_fmt(row, row.upper)}]"
+    return f"{_name(row)} {_fmt(row, row.estimate)}, bounds {bounds} ({row.n} documents)"
+
+
+def _fmt(row: DriftRow, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if row.measure == "kld":
+        return f"{value:.3g} nats/token"
+    if row.measure == "ppl_ratio":
+        return f"x{value:.4f}"
+    return f"{value:.1%}"
+
+
+def drift_block_reason(drift: Sequence[SuiteDrift]) -> str | None:
+    """The verdict's reason when a drift row blocks (the first, by adjusted p), else None."""
+    blocking = [r for d in drift for r in d.rows if r.gated and r.significant]
+    if not blocking:
+        return None
+    worst = min(blocking, key=lambda r: r.p_adjusted if r.p_adjusted is not None else r.p_value)
+    return worst.reason
+
+
+def drift_pass_note(drift: Sequence[SuiteDrift]) -> str:
+    """What a PASS says of the drift rows: within budget and powered, or UNDERPOWERED."""
+    gated = [r for d in drift for r in d.rows if r.gated]
+    if not gated:
+        return ""
+    weak = [r for r in gated if r.status == "underpowered"]
+    shown = "; ".join(
+        f"{r.suite} {f'{r.path} KL' if r.measure == 'kld' and r.path else 'KL' if r.measure == 'kld' else 'perplexity'}"
+        f"{f' at {r.span}' if r.span else ''} {_fmt(r, r.estimate)} "
+        f"(upper {_fmt(r, r.upper)} < budget {_fmt(r, r.budget)})"
+        for r in gated
+        if r not in weak
+    )
+    note = f"; drift within budget, powered: {shown}" if shown else ""
+    same = [r for r in weak if r.upper is None and r.identical is not None]
+    if same:  # one line for the rows of documents identical on both arms (they say the same)
+        note += f"; UNDERPOWERED drift: {', '.join(_name(r) for r in same)}: {identical_text(same[0])}"
+    if len(same) < len(weak):
+        note += "; UNDERPOWERED drift: " + "; ".join(r.reason for r in weak if r not in same)
+    kl_paths = {r.path for r in gated if r.measure == "kld"}
+    if "prefill" in kl_paths and "decode" not in kl_paths:
+        note += (
+            "; UNDERPOWERED drift: read on the prefill path only (prompt logprobs), which does not "
+            "read a KV cache back the way decoding does: set drift.decode_tokens above 0"
+        )
+    return note
