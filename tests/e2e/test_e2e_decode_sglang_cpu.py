@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from evalgate.cli import main
 from evalgate.config import SGLangConfig
 from evalgate.engines import ServerHandle
 from evalgate.engines.api import Decoded, Position
@@ -148,3 +149,33 @@ def test_the_decode_proxy_moves_generated_positions_only(
         else:
             assert lp < dlp - SAME and top[1][1] > dtop[1][1] + SAME
     print(f"decode proxy on real SGLang: {time.monotonic() - start:.1f} s")
+
+
+def test_a_decode_only_fault_blocks_the_attached_pair_and_names_where_it_starts(
+    server: tuple[SGLangCPUEngine, ServerHandle],
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#42's acceptance on real SGLang: the candidate is the same server behind the decode proxy,
+    exact on every prompt logprob and changed on generated tokens from position 64 on. The drift
+    suite alone BLOCKs on the decode path, naming the 64-255 bucket; the prefill row does not."""
+    _, handle = server
+    start = time.monotonic()
+    for arm in ("BASELINE", "CANDIDATE"):
+        monkeypatch.setenv(f"EVALGATE_{arm}_API_KEY", handle.api_key)
+    run = tmp_path / "run"
+    with decode_proxy(handle.base_url, from_position=64) as proxy:
+        code = main(["compare", "--baseline-url", handle.base_url, "--candidate-url", proxy.url,
+                     "--same-server-ok", "--suites", "drift", "--limit", "6", "--suite-opt",
+                     "drift.decode_tokens=96", "--data-dir", str(data_dir), "--out", str(run)])  # fmt: skip
+    verdict = json.loads((run / "verdict.json").read_text())
+    rows = [r for r in verdict["drift"][0]["rows"] if r["pair"] == "candidate"]
+    prefill = next(r for r in rows if r["path"] == "prefill" and r["measure"] == "kld")
+    assert prefill["status"] != "block" and prefill["estimate"] < 1e-4, prefill
+    blocked = [r for r in rows if r["status"] == "block"]
+    assert code == 1 and blocked and all(r["path"] == "decode" for r in blocked), rows
+    assert "decode-path mean KL" in verdict["reason"] and "starts at positions 64-255" in verdict["reason"]
+    early = next(r for r in rows if r["path"] == "decode" and r["span"] == "0-63")
+    assert early["estimate"] < 1e-4, early
+    print(f"decode-only fault through compare on real SGLang: {time.monotonic() - start:.1f} s")

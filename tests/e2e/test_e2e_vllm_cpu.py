@@ -44,8 +44,13 @@ def needs_avx512() -> None:
         pytest.skip(f"vLLM's FP8 KV and INT4 kernels need AVX-512 or AMX; this CPU: {report.describe()}")
 
 
-def pair(tmp_path: Path, data_dir: Path, candidate: str, config: str = CONFIG) -> tuple[int, dict[str, Any]]:
-    """Run bf16 against ``candidate``; (exit code, {verdict, manifest})."""
+def pair(
+    tmp_path: Path, data_dir: Path, candidate: str, config: str = CONFIG, run_args: list[str] = RUN
+) -> tuple[int, dict[str, Any]]:
+    """Run bf16 against ``candidate`` in the folder ``tmp_path`` (made here: a test runs two pairs
+    in subfolders of its own); (exit code, {verdict, manifest}). tests/run/test_vllm_cpu_pair.py
+    runs it on the fake engine, so its folder handling and the keys below hold on every machine."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "evalgate.toml").write_text(config, encoding="utf-8")
     run = tmp_path / "run"
     args = [
@@ -57,15 +62,22 @@ def pair(tmp_path: Path, data_dir: Path, candidate: str, config: str = CONFIG) -
         "--candidate",
         candidate,
     ]
-    code = main([*args, *RUN, "--data-dir", str(data_dir), "--out", str(run)])
+    code = main([*args, *run_args, "--data-dir", str(data_dir), "--out", str(run)])
     read = {n: json.loads((run / f"{n}.json").read_text(encoding="utf-8")) for n in ("verdict", "manifest")}
     return code, read
 
 
+def served_model(manifest: dict[str, Any], arm: str) -> str:
+    """The model folder an arm's server was launched with (the manifest's ``launch``, not ``arms``)."""
+    return str(manifest["launch"][arm]["model"])
+
+
 def candidate_kld(verdict: dict[str, Any]) -> float:
     (drift,) = [d for d in verdict["drift"] if d["suite"] == "drift"]
-    (kld,) = [r for r in drift["rows"] if r["measure"] == "kld" and r["pair"] == "candidate"]
-    return float(kld["estimate"])
+    whole = [
+        r for r in drift["rows"] if r["measure"] == "kld" and r["pair"] == "candidate" and not r.get("span")
+    ]
+    return max(float(r["estimate"]) for r in whole)  # the prefill and the decode path's rows
 
 
 def test_aa_pair_passes_with_zero_drift(data_dir: Path, tmp_path: Path) -> None:
@@ -78,7 +90,9 @@ def test_aa_pair_passes_with_zero_drift(data_dir: Path, tmp_path: Path) -> None:
     assert verdict["verdict"] == "PASS"
     (drift,) = [d for d in verdict["drift"] if d["suite"] == "drift"]
     kld = [r for r in drift["rows"] if r["measure"] == "kld" and r["pair"] == "candidate"]
-    assert kld and kld[0]["estimate"] == 0.0  # one server build, one checkpoint: bit-identical
+    # two launches of one build and checkpoint are bit-identical at --limit 5, not always at 50
+    # (2 of 50 documents differed, KL 8e-05): within budget is what holds, powered or not
+    assert kld and all(r["status"] != "block" and r["estimate"] <= r["budget"] for r in kld), kld
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     assert "--enforce-eager" in manifest["arms"]["baseline"]["command"]
     capacity = manifest["arms"]["baseline"]["server"]["kv_capacity"]
@@ -121,9 +135,9 @@ def test_real_fp8kv_pairs_at_scale_one_and_calibrated(data_dir: Path, tmp_path: 
     code, got = pair(tmp_path / "calibrated", data_dir, "fp8kv", CONFIG + f'kv_scales_path = "{scaled}"\n')
     used = got["manifest"]["arms"]["candidate"]["server"]["kv_scales"]
     assert code in (0, 1) and used["scale"] == "checkpoint" and used["quantization"] == "compressed-tensors"
-    assert 0 < used["v_scale"][0] <= used["v_scale"][1] and got["manifest"]["arms"]["candidate"][
-        "model"
-    ] == str(scaled)
+    assert 0 < used["v_scale"][0] <= used["v_scale"][1] and served_model(got["manifest"], "candidate") == str(
+        scaled
+    )
 
 
 def test_real_int4_pair_serves_the_w4a16_checkpoint(data_dir: Path, tmp_path: Path) -> None:
@@ -134,3 +148,33 @@ def test_real_int4_pair_serves_the_w4a16_checkpoint(data_dir: Path, tmp_path: Pa
     assert str(w4a16_dir(default_root())) in candidate["command"] and candidate_kld(got["verdict"]) > 0.0
     log = (tmp_path / "run" / "logs" / "candidate.log").read_text(errors="replace")
     assert "CPUWNA16LinearKernel" in log  # vLLM's INT4 kernel, not a dequantized fallback
+
+
+def test_a_decode_only_fault_on_an_attached_vllm_blocks_and_names_where_it_starts(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#42's acceptance on real vLLM, attached: the candidate is the same server behind
+    tests/helpers/decode_proxy.py, exact on every prompt logprob and changed on generated tokens
+    from position 3 on. The drift suite alone BLOCKs on the decode path, naming the 0-63 bucket."""
+    from evalgate.config import VLLMConfig
+    from evalgate.engines.vllm import VLLMCPUEngine
+    from evalgate.variants import parse_variant
+    from tests.helpers.decode_proxy import decode_proxy
+
+    engine = VLLMCPUEngine(VLLMConfig(device="cpu", max_model_len=4096, ready_timeout_s=600))
+    spec = engine.launch_spec(parse_variant("bf16"))
+    with engine.launch(spec, name="baseline", log_dir=tmp_path / "logs") as handle:
+        for arm in ("BASELINE", "CANDIDATE"):
+            monkeypatch.setenv(f"EVALGATE_{arm}_API_KEY", handle.api_key)
+        run = tmp_path / "run"
+        with decode_proxy(handle.base_url, from_position=3) as proxy:
+            code = main(["compare", "--baseline-url", handle.base_url, "--candidate-url", proxy.url,
+                         "--same-server-ok", "--suites", "drift", "--limit", "5", "--suite-opt",
+                         "drift.decode_tokens=16", "--data-dir", str(data_dir), "--out", str(run)])  # fmt: skip
+    verdict = json.loads((run / "verdict.json").read_text(encoding="utf-8"))
+    rows = [r for r in verdict["drift"][0]["rows"] if r["pair"] == "candidate"]
+    prefill = next(r for r in rows if r["path"] == "prefill" and r["measure"] == "kld")
+    assert prefill["status"] != "block" and prefill["estimate"] < 1e-4, prefill
+    blocked = [r for r in rows if r["status"] == "block"]
+    assert code == 1 and blocked and all(r["path"] == "decode" for r in blocked), rows
+    assert "decode-path mean KL" in verdict["reason"] and "starts at positions 0-63" in verdict["reason"]
