@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from evalgate.engines.gguf import cache_dir
 from evalgate.engines.sglang import checkpoint_dir
 from evalgate.engines.vllm._cpu import default_root, venv_python, w4a16_dir
 from tests.conftest import needs_models
+from tests.helpers.vllm_pair import CONFIG, RUN, candidate_kld, pair, served_model
 
 needs_vllm_cpu = pytest.mark.skipif(
     not (
@@ -33,8 +33,6 @@ needs_vllm_cpu = pytest.mark.skipif(
 )
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm_cpu, needs_models, needs_vllm_cpu]
 
-CONFIG = '[vllm]\ndevice = "cpu"\nmax_model_len = 4096\nready_timeout_s = 600\n'
-RUN = ["--engine", "vllm", "--suites", "arc_easy,drift", "--limit", "5"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -42,42 +40,6 @@ def needs_avx512() -> None:
     report = isa_report()
     if not (report.usable("avx512f") or report.usable("amx_tile")):
         pytest.skip(f"vLLM's FP8 KV and INT4 kernels need AVX-512 or AMX; this CPU: {report.describe()}")
-
-
-def pair(
-    tmp_path: Path, data_dir: Path, candidate: str, config: str = CONFIG, run_args: list[str] = RUN
-) -> tuple[int, dict[str, Any]]:
-    """Run bf16 against ``candidate`` in the folder ``tmp_path`` (made here: a test runs two pairs
-    in subfolders of its own); (exit code, {verdict, manifest}). tests/run/test_vllm_cpu_pair.py
-    runs it on the fake engine, so its folder handling and the keys below hold on every machine."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "evalgate.toml").write_text(config, encoding="utf-8")
-    run = tmp_path / "run"
-    args = [
-        "compare",
-        "--config",
-        str(tmp_path / "evalgate.toml"),
-        "--baseline",
-        "bf16",
-        "--candidate",
-        candidate,
-    ]
-    code = main([*args, *run_args, "--data-dir", str(data_dir), "--out", str(run)])
-    read = {n: json.loads((run / f"{n}.json").read_text(encoding="utf-8")) for n in ("verdict", "manifest")}
-    return code, read
-
-
-def served_model(manifest: dict[str, Any], arm: str) -> str:
-    """The model folder an arm's server was launched with (the manifest's ``launch``, not ``arms``)."""
-    return str(manifest["launch"][arm]["model"])
-
-
-def candidate_kld(verdict: dict[str, Any]) -> float:
-    (drift,) = [d for d in verdict["drift"] if d["suite"] == "drift"]
-    whole = [
-        r for r in drift["rows"] if r["measure"] == "kld" and r["pair"] == "candidate" and not r.get("span")
-    ]
-    return max(float(r["estimate"]) for r in whole)  # the prefill and the decode path's rows
 
 
 def test_aa_pair_passes_with_zero_drift(data_dir: Path, tmp_path: Path) -> None:

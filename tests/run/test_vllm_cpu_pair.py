@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.engines.fake import FakeEngine
-from tests.e2e.test_e2e_vllm_cpu import candidate_kld, pair, served_model
+from tests.helpers.vllm_pair import candidate_kld, pair, served_model
 
 
 def test_pair_makes_its_folder_and_the_manifest_keys_it_reads_exist(
