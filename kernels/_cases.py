@@ -82,6 +82,22 @@ def _randn(shape: tuple[int, ...], g: torch.Generator, outliers: int = 0) -> tor
     return x
 
 
+def decode_inputs(
+    g: torch.Generator, bsz: int, seq: int, hq: int, hkv: int, dim: int, *, outliers: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """BF16 q [bsz, hq, dim], k and v [bsz, seq, hkv, dim] (with `outliers`: four x10-x100 key
+    channels and one x100 value channel) and int32 lengths (seq down to about seq / 2), on CPU."""
+    q = _randn((bsz, hq, dim), g)
+    k = _randn((bsz, seq, hkv, dim), g, outliers=4 if outliers else 0)
+    v = _randn((bsz, seq, hkv, dim), g, outliers=1 if outliers else 0).bfloat16()
+    # Unit-variance queries against x100 key channels give logits with std ~10 (one-hot
+    # attention); scale q so the logits have unit standard deviation instead.
+    logits = torch.einsum("bkgd,bskd->bkgs", q.reshape(bsz, hkv, hq // hkv, dim), k)
+    q, k = (q * (math.sqrt(dim) / logits.std())).bfloat16(), k.bfloat16()
+    lens = torch.tensor([seq - (b * seq) // (2 * bsz) for b in range(bsz)], dtype=torch.int32)
+    return q, k, v, lens
+
+
 def _attention_f64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
     """Exact (float64) decode attention on the unquantized BF16 cache; q head h reads kv head h // group."""
     bsz, hq, dim = q.shape
@@ -113,14 +129,7 @@ def _fp8_decode(
 
     def run(ctx: Ctx) -> Result:
         g = ctx.gen(f"decode{hq}{hkv}{dim}{gran}{page}")
-        q = _randn((bsz, hq, dim), g)
-        k = _randn((bsz, seq, hkv, dim), g, outliers=4)
-        v = _randn((bsz, seq, hkv, dim), g, outliers=1).bfloat16()
-        # Unit-variance queries against x100 key channels give logits with std ~10 (one-hot
-        # attention); scale q so the logits have unit standard deviation instead.
-        logits = torch.einsum("bkgd,bskd->bkgs", q.reshape(bsz, hkv, hq // hkv, dim), k)
-        q, k = (q * (math.sqrt(dim) / logits.std())).bfloat16(), k.bfloat16()
-        lens = torch.tensor([seq - (b * seq) // (2 * bsz) for b in range(bsz)], dtype=torch.int32)
+        q, k, v, lens = decode_inputs(g, bsz, seq, hq, hkv, dim)
         truth = _attention_f64(q, k, v, lens)
         q, k, v, lens = (t.to(ctx.device) for t in (q, k, v, lens))
         args: tuple[torch.Tensor, ...]

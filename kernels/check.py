@@ -4,7 +4,9 @@ Each case runs the PyTorch reference and the Triton kernel on seeded data with o
 both against the float64 result of the unquantized (BF16) operation: max abs error, relative
 Frobenius error, cosine similarity and SQNR. A row passes when SQNR clears the case's threshold
 and, for Triton rows, when the Triton output agrees with the reference (`sqnr_vs_ref_db`). On a
-GPU each kernel is also timed against its BF16 counterpart.
+GPU each kernel is also timed against its BF16 counterpart. With fp8_kv, the report also sets
+the reference's two e4m3 roundings side by side (nearest and toward zero, `RoundingRow`; not
+gated), so that a format's cost and an implementation's are told apart.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any
 import torch
 
 from evalgate.kernels._cases import Case, Ctx, Result, cases
-from evalgate.kernels._names import FAULTS, KERNEL_NAMES, validate_kernel_names
+from evalgate.kernels._names import FAULTS, FP8_KV, KERNEL_NAMES, validate_kernel_names
+from evalgate.kernels._roundings import RoundingRow, format_roundings, rounding_rows
 from evalgate.kernels._triton import interpreting, use_interpreter_if_no_gpu
 from evalgate.kernels.metrics import error_metrics, sqnr_db
 
@@ -32,6 +35,7 @@ __all__ = [
     "FAULTS",
     "CheckReport",
     "CheckRow",
+    "RoundingRow",
     "TimingRow",
     "format_table",
     "run_check",
@@ -74,6 +78,8 @@ class CheckReport:
 
     rows: tuple[CheckRow, ...]
     timings: tuple[TimingRow, ...]
+    roundings: tuple[RoundingRow, ...]
+    """e4m3 nearest vs toward zero on the same K/V (with fp8_kv; information, not gated)."""
     kernels: tuple[str, ...]
     device: str
     triton_mode: str
@@ -173,9 +179,11 @@ def run_check(
             timing = _time(case, result) if ctx.full else None
             if timing is not None:
                 timings.append(timing)
+    roundings = rounding_rows(ctx) if FP8_KV in names else ()
     return CheckReport(
         rows=tuple(rows),
         timings=tuple(timings),
+        roundings=roundings,
         kernels=names,
         device=str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev),
         triton_mode="interpreter" if interpreting() else "compiled",
@@ -191,7 +199,7 @@ def _fmt(x: float, spec: str) -> str:
 
 
 def format_table(report: CheckReport) -> str:
-    """Plain-text table of the rows (and timings on a GPU) with a PASS/FAIL verdict line."""
+    """Plain-text table of the rows (timings on a GPU, e4m3 roundings with fp8_kv) and a verdict line."""
     head = f"{'kernel':<20} {'impl':<9} {'shape':<44} {'max_abs':>9} {'rel_fro':>9} {'cosine':>8} {'SQNR dB':>8} {'min':>5} {'vs ref':>7}  ok"
     lines = [head, "-" * len(head)]
     for r in report.rows:
@@ -206,6 +214,8 @@ def format_table(report: CheckReport) -> str:
         lines += ["", f"{'kernel':<20} {'shape':<44} {'kernel ms':>10} {'bf16 ms':>10} {'ratio':>7}"]
         for t in report.timings:
             lines.append(f"{t.name:<20} {t.shape:<44} {t.kernel_ms:10.4f} {t.bf16_ms:10.4f} {t.ratio:7.2f}")
+    if report.roundings:
+        lines += ["", *format_roundings(report.roundings)]
     failed = sum(not r.passed for r in report.rows)
     verdict = "PASS" if report.passed else f"FAIL ({failed} of {len(report.rows)} rows)"
     fault = f", fault={report.fault}" if report.fault else ""

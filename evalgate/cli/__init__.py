@@ -1,6 +1,7 @@
 """The ``evalgate`` command: one module per subcommand, each thin over library functions.
 
-Exit codes: 0 PASS, 1 BLOCK, 2 usage or config error, 3 infrastructure error. Exit 1 means BLOCK
+Exit codes: 0 PASS, 1 BLOCK, 2 usage or config error, 3 infrastructure error, 4 INCONCLUSIVE
+(``compare --require-power``: a PASS with an UNDERPOWERED blocking row). Exit 1 means BLOCK
 and nothing else: any exception no module turned into an ``EvalgateError`` exits 3 with a
 one-line cause, what to do, and where its traceback was saved, never a bare traceback.
 """
@@ -30,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="evalgate",
         description="Prove a quantized inference server answers like its baseline; block the rollout if not.",
-        epilog="exit codes: 0 PASS, 1 BLOCK, 2 usage/config error, 3 infrastructure error",
+        epilog="exit codes: 0 PASS, 1 BLOCK, 2 usage/config error, 3 infrastructure error, "
+        "4 INCONCLUSIVE (compare --require-power)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (compare, bench, report, export, suites, plan_power, setup, kernels, probe):

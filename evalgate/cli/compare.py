@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from rich.console import Console
 
 from evalgate.cli._dry_run import dry_run
 from evalgate.cli._flags import add_model_flags, flag_name, typed_values
-from evalgate.config import load_config
+from evalgate.config import GateConfig, load_config
 from evalgate.errors import ConfigError, InfraError
 from evalgate.gate.kernel_check import kernel_check_for, kernel_failures
 from evalgate.lmeval.samples import import_samples
@@ -31,6 +31,7 @@ from evalgate.run.loop import run_arms
 from evalgate.run.plan import RunPlan, plan_compare
 from evalgate.run.settle import suite_tables
 from evalgate.store.manifest import load_manifest
+from evalgate.suites import chat_variants
 
 __all__ = ["add_parser", "request_from_args", "run"]
 
@@ -41,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="launch baseline and candidate, run suites on both, test the paired items, gate",
         description="Launch two servers that differ only in quantization, run the same items on both, "
         "pair them, test (McNemar mid-p, Holm), and exit 0 (PASS) or 1 (BLOCK).",
-        epilog="exit codes: 0 PASS, 1 BLOCK, 2 usage/config error, 3 infrastructure error",
+        epilog="exit codes: 0 PASS, 1 BLOCK, 2 usage/config error, 3 infrastructure error, "
+        "4 INCONCLUSIVE (--require-power: a PASS with an UNDERPOWERED blocking row)",
     )
     add_model_flags(p, CompareRequest)
     p.add_argument("--config", type=Path, help="evalgate.toml (default: ./evalgate.toml if present)")
@@ -70,17 +72,26 @@ def _resume_dir(value: Path) -> Path:
 
 
 def request_from_args(
-    args: argparse.Namespace, suite_config: Mapping[str, Mapping[str, Any]] | None = None
+    args: argparse.Namespace,
+    suite_config: Mapping[str, Mapping[str, Any]] | None = None,
+    gate: GateConfig | None = None,
 ) -> CompareRequest:
     """Typed flags, else the resumed run's recorded request, else the defaults. A suite's options
     are its ``[suites.<name>]`` table in evalgate.toml (``suite_config``) under its --suite-opt;
-    a resumed run keeps the options it recorded."""
+    ``[gate]`` (``gate``) gives --advisory and --require-power where they are not typed; a resumed
+    run keeps the options it recorded."""
     typed = typed_values(args, CompareRequest, skip=("resume",))
     if args.resume is None:
         suites = typed.get("suites", CompareRequest.model_fields["suites"].default)
         options = suite_tables(suite_config or {}, suites, chat=bool(typed.get("chat")))  # as run
         for name, table in typed.get("suite_options", {}).items():
             options[name] = {**options.get(name, {}), **table}
+        if gate is not None and gate.advisory and "advisory" not in typed:
+            typed["advisory"] = tuple(gate.advisory)
+        if gate is not None and gate.require_power and "require_power" not in typed:
+            typed["require_power"] = True
+        if typed.get("advisory") and not (typed.get("baseline_samples") or typed.get("candidate_samples")):
+            typed["advisory"] = _advisory(typed["advisory"], suites, chat=bool(typed.get("chat")))
         return _request({**typed, "suite_options": options})
     resume = _resume_dir(args.resume)
     recorded = load_manifest(resume).request
@@ -106,6 +117,26 @@ def request_from_args(
 
 
 _URL_FIELDS = ("baseline_url", "candidate_url")
+
+
+def _advisory(names: Sequence[str], suites: Sequence[str], *, chat: bool) -> tuple[str, ...]:
+    """--advisory / [gate] advisory, by the names the suites run under (--chat: gsm8k is gsm8k_chat);
+    each must be a suite of the run, and one suite at least must stay blocking (exit 2)."""
+    runs = chat_variants(suites) if chat else tuple(suites)
+    as_run = dict(zip(suites, runs, strict=True))
+    out = tuple(dict.fromkeys(as_run.get(n, n) for n in names))
+    unknown = [n for n in out if n not in runs]
+    if unknown:
+        raise ConfigError(
+            f"--advisory {','.join(unknown)}: not a suite of this run ({','.join(suites)})",
+            fix="name suites given to --suites (or [gate] advisory in evalgate.toml)",
+        )
+    if set(out) >= set(runs):
+        raise ConfigError(
+            f"--advisory names every suite of the run ({','.join(suites)}): nothing would gate",
+            fix="leave at least one suite blocking, or drop --advisory",
+        )
+    return out
 
 
 def _masked(name: str, value: Any) -> Any:
@@ -150,7 +181,7 @@ def _show(value: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     console = Console(width=None if Console().is_terminal else 120)
     cfg = load_config(args.config)
-    req = request_from_args(args, cfg.suites)
+    req = request_from_args(args, cfg.suites, cfg.gate)
     check_request(req)  # every value, before any item is loaded or server started
     if req.baseline_samples or req.candidate_samples:  # lm-eval runs that already happened
         return _imported(args, req, console)

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime, timezone
@@ -43,11 +44,14 @@ from evalgate.probe import (
 from evalgate.probe.warm_cold import no_isolation_report
 from evalgate.redact import redact_url
 from evalgate.stats import DEFAULT_FLIP_BUDGET, DEFAULT_LEAK_SHARE
+from evalgate.store.files import make_folder, write_atomic
 from evalgate.suites import SuiteOptions, default_registry
 
 __all__ = ["add_parser", "run", "settings_from_args", "warm_cold_settings"]
 
 API_KEY_ENV = "EVALGATE_API_KEY"
+OUTPUTS = ("probe.json", "junit.xml", "summary.md", "probe.html")
+"""The files a probe writes to --out (beside the server's log under logs/)."""
 EXITS = (
     "exit codes: 0 PASS, 1 BLOCK, 2 usage/config error or NO_ISOLATION (no cache salt, no cold request), "
     "3 infrastructure error, ERROR (a control failed: the probe was blind) or UNDERPOWERED"
@@ -266,7 +270,8 @@ def _run_probe(
 ) -> int:
     """The server, the probe on it, and the files; the exit code is the verdict's."""
     out = args.out or Path("reports") / f"probe-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
+    _refuse_planted(out)
 
     async def go(scorer: Scorer) -> dict[str, Any]:
         try:
@@ -278,15 +283,35 @@ def _run_probe(
         report = asyncio.run(go(scorer))
     report["server"] = redact_url(handle.base_url) if args.url else f"{args.engine} {args.variant}"
     path = out / "probe.json"
-    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / "junit.xml").write_text(junit_xml(report), encoding="utf-8")
-    (out / "summary.md").write_text(summary_md(report), encoding="utf-8")
-    (out / "probe.html").write_text(probe_html(report), encoding="utf-8")
+    write_atomic(path, json.dumps(report, indent=2) + "\n")  # never through a link (store/files.py)
+    write_atomic(out / "junit.xml", junit_xml(report))
+    write_atomic(out / "summary.md", summary_md(report))
+    write_atomic(out / "probe.html", probe_html(report))
     print(summary_line(report))
     for reason in report["reasons"]:
         print(f"  {reason}")
     print(f"  {path}")
     return int(report["exit_code"])
+
+
+def _refuse_planted(out: Path) -> None:
+    """Refuse (exit 2), before any server starts, an --out where a probe's file, its logs/ folder
+    or a log in it is something else (a symbolic link would have the probe write where it points)."""
+    logs = out / "logs"
+    wanted = [(out / n, "a regular file", stat.S_ISREG) for n in OUTPUTS] + [(logs, "a folder", stat.S_ISDIR)]
+    if logs.is_dir() and not logs.is_symlink():
+        wanted += [(p, "a regular file", stat.S_ISREG) for p in sorted(logs.iterdir())]
+    for path, kind, test in wanted:
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if not test(mode):
+            found = "a symbolic link" if stat.S_ISLNK(mode) else "something else"
+            raise ConfigError(
+                f"{path} is {found}, not {kind}: evalgate probe writes there and never through a link",
+                fix=f"remove {path}, or pass another --out",
+            )
 
 
 def _deterministic(cfg: EvalgateConfig, engine: str) -> EvalgateConfig:

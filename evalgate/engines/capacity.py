@@ -37,7 +37,8 @@ def capacity_ratio(baseline: Mapping[str, Any] | None, candidate: Mapping[str, A
     weights = _ratio(baseline.get("weights_mib"), candidate.get("weights_mib"))
     by_memory = bool(baseline.get("pool_sized_by_memory")) and bool(candidate.get("pool_sized_by_memory"))
     if by_memory or density is None:
-        ratio, basis = tokens, "KV pool tokens (pool sized from free memory)"
+        memory = baseline.get("pool_memory") or "free memory"  # the CPU backend's is set explicitly
+        ratio, basis = tokens, f"KV pool tokens (the pool sized from {memory}, the same on both arms)"
     else:
         ratio, basis = density, "KV tokens per MiB (pool size fixed by -c)"
     return {

@@ -27,8 +27,8 @@ from typing import Any
 
 import aiohttp
 
-from evalgate.errors import InfraError
-from evalgate.redact import BODY_EXCERPT, payload_texts, redact, redact_url
+from evalgate.errors import InfraError, InvalidResponse
+from evalgate.redact import BODY_EXCERPT, env_secrets, payload_texts, redact, redact_url
 
 __all__ = [
     "GATEWAY_PATHS",
@@ -40,6 +40,7 @@ __all__ = [
     "RequestFailed",
     "RetryPolicy",
     "ServerStalled",
+    "UnlistedWorker",
     "routing_key",
 ]
 
@@ -68,7 +69,10 @@ ROUTED_TO: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
 for each of the item's answers, so the record says where it was scored."""
 
 ROUTED_HEADER = "x-smg-routed-worker-id"
-"""smg names the worker that served a proxied request in this response header (header_utils.rs)."""
+"""smg names the worker that served a proxied request in this response header (header_utils.rs):
+its URL, with an ``@<rank>`` suffix for a data-parallel worker; under PD the decode worker."""
+ROUTED_SHOWN = 80
+"""Characters of a routed-worker header an error quotes (masked first): the server's text."""
 
 
 def routing_key(key: str) -> str:
@@ -86,6 +90,20 @@ class GatewayRoute:
     direct_url: str
     model: str
     routed: Counter[str] = field(default_factory=Counter)
+    listed: frozenset[str] = frozenset()
+    """The worker URLs the arm's gateway lists (``GatewayScorer`` sets them): an answer smg names
+    any other worker for is refused (``UnlistedWorker``), so nothing but a listed URL is ever
+    counted or stored. Empty: not known yet, and the header is stored masked and cut."""
+    arm: str = ""
+    """The arm behind the gateway, for the refusal's words (set at its preflight)."""
+
+    def named(self, header: str | None) -> str | None:
+        """The listed worker ``header`` names (its URL, or URL@rank), else None."""
+        whole, (url, _, rank) = (header or "").rstrip("/"), (header or "").rpartition("@")
+        if whole in self.listed:
+            return whole
+        ranked = url.rstrip("/") in self.listed and rank.isascii() and rank.isdigit() and len(rank) <= 6
+        return url.rstrip("/") if ranked else None
 
 
 class RequestFailed(InfraError):
@@ -94,6 +112,16 @@ class RequestFailed(InfraError):
 
 class ServerStalled(InfraError):
     """Every try of a request timed out: the server accepts connections but does not answer."""
+
+
+class UnlistedWorker(InvalidResponse):
+    """A gateway's answer came from a worker its listing does not name (or it named none): the
+    answer may be another arm's server's, so it is never scored. ``worker`` is the header as
+    shown (masked, cut)."""
+
+    def __init__(self, cause: str, *, fix: str = "", worker: str = "") -> None:
+        super().__init__(cause, fix=fix)
+        self.worker = worker
 
 
 @dataclass(frozen=True)
@@ -178,11 +206,7 @@ class HttpClient:
                             raise self._redirected(method, path, resp, payload)
                         if resp.status < 400:
                             if self.gateway is not None and path in GATEWAY_PATHS:
-                                worker = resp.headers.get(ROUTED_HEADER) or "?"
-                                self.gateway.routed[worker] += 1
-                                seen = ROUTED_TO.get()
-                                if seen is not None:
-                                    seen.append(worker)
+                                self._routed(self.gateway, resp.headers.get(ROUTED_HEADER), method, path)
                             return _json(await self._read_capped(method, path, resp))
                         raw = await resp.content.read(_MAX_BODY)
                         body = self._clean(raw.decode("utf-8", errors="replace"), payload)
@@ -235,6 +259,28 @@ class HttpClient:
         body = {"model": route.model, **payload} if openai and payload is not None else payload
         key = ROUTING_KEY.get()
         return self.base_url + path, body, {"X-SMG-Routing-Key": routing_key(key)} if key else None
+
+    def _routed(self, route: GatewayRoute, header: str | None, method: str, path: str) -> None:
+        """Count the worker smg named for one answer, and add it to the item's ``ROUTED_TO``: a
+        listed worker's URL, never the header's own text (a server's word, which may echo the
+        request's ``Authorization``). An unlisted or missing worker is ``UnlistedWorker``."""
+        worker = route.named(header)
+        shown = redact(header or "", secrets=[self._key, *env_secrets()], limit=ROUTED_SHOWN)
+        if worker is None and route.listed:
+            said = f"{ROUTED_HEADER}: {shown!r}" if header else f"no {ROUTED_HEADER} header"
+            arm = f"the {route.arm}'s gateway" if route.arm else "the gateway"
+            raise UnlistedWorker(
+                f"{arm} {redact_url(self.base_url)} answered {method} {path} from a worker it does not list "
+                f"({said}), so the answer may be another server's (the other arm's); it is never scored",
+                fix="every answer must come from a worker the gateway's GET /workers lists: check its "
+                "routing (and that it is smg, which names the worker that answered)",
+                worker=shown or "none",
+            )
+        worker = worker or shown or "?"
+        route.routed[worker] += 1
+        seen = ROUTED_TO.get()
+        if seen is not None:
+            seen.append(worker)
 
     def _redirected(
         self, method: str, path: str, resp: aiohttp.ClientResponse, payload: dict[str, Any] | None

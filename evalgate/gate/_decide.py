@@ -30,6 +30,7 @@ from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 from evalgate.gate._reasons import row_status, verdict_from
 from evalgate.gate._rows import check_suite, error_row, metric_row
+from evalgate.gate._tiers import inconclusive, merge_advisory
 from evalgate.gate.agreement import (
     DEFAULT_FLIP_BUDGET,
     AgreementRow,
@@ -55,7 +56,44 @@ def decide(
     kinds: Mapping[str, str] | None = None,
     sampled: Mapping[str, Sequence[Pair]] | None = None,
 ) -> Verdict:
-    """``per_suite``: suite -> (metrics with the primary first, its pairs); ``aa_pairs``: suite ->
+    """The blocking suites' verdict, the advisory suites (``policy.advisory``) decided as a family
+    of their own and shown beside it, never gating; under ``policy.require_power`` a PASS with an
+    UNDERPOWERED blocking row is INCONCLUSIVE (gate/_tiers.py). The arguments: ``_decide_family``."""
+    advisory = [s for s in per_suite if s in policy.advisory]
+    if not advisory:
+        verdict = _decide_family(
+            per_suite, policy=policy, aa_pairs=aa_pairs, sequential=sequential, kinds=kinds, sampled=sampled
+        )
+        return inconclusive(verdict) if policy.require_power else verdict
+
+    def part(names: Sequence[str]) -> dict[str, Any]:
+        def pick(m: Mapping[str, Any] | None) -> Any:
+            return None if m is None else {s: v for s, v in m.items() if s in names}
+
+        return {"per_suite": pick(per_suite), "aa_pairs": pick(aa_pairs), "sequential": pick(sequential),
+                "kinds": pick(kinds), "sampled": pick(sampled)}  # fmt: skip
+
+    blocking = [s for s in per_suite if s not in advisory]
+    if blocking:
+        main = _decide_family(policy=policy, **part(blocking))
+    else:
+        main = Verdict(
+            "ERROR", policy.alpha, policy.policy, "every suite is advisory: no blocking suite gates"
+        )
+    verdict = merge_advisory(main, _decide_family(policy=policy, **part(advisory)), order=list(per_suite))
+    return inconclusive(verdict) if policy.require_power else verdict
+
+
+def _decide_family(
+    per_suite: PerSuite,
+    *,
+    policy: GatePolicy,
+    aa_pairs: Mapping[str, Sequence[Pair]] | None = None,
+    sequential: Mapping[str, Any] | None = None,
+    kinds: Mapping[str, str] | None = None,
+    sampled: Mapping[str, Sequence[Pair]] | None = None,
+) -> Verdict:
+    """One Holm family's verdict. ``per_suite``: suite -> (metrics with the primary first, its pairs); ``aa_pairs``: suite ->
     baseline-vs-baseline pairs from ``--aa``; ``sequential``: suite -> SequentialOutcome, whose
     always-valid p-value replaces McNemar's for the primary row (McNemar's p is not valid after
     looking at the data every chunk); ``kinds``: suite -> its declared metric kind (binary by
@@ -69,7 +107,8 @@ def decide(
     problems = _problems(per_suite, aa_pairs, kind)
     drift = [
         drift_for(s, per_suite[s][1], budget=policy.drift_budget, alpha=policy.alpha,
-                  aa_pairs=None if aa_pairs is None else aa_pairs.get(s, ()))
+                  aa_pairs=None if aa_pairs is None else aa_pairs.get(s, ()),
+                  two_sided=policy.policy == "difference")
         for s in per_suite if kind[s] == "drift" and s not in problems
     ]  # fmt: skip
     drift_rows = [r for d in drift for r in d.rows if r.gated]

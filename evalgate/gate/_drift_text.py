@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from evalgate.gate.drift import DriftRow, SuiteDrift
 
-__all__ = ["drift_block_reason", "drift_pass_note", "drift_status"]
+__all__ = ["drift_block_reasons", "drift_pass_note", "drift_status"]
 
 
 def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
@@ -16,10 +16,20 @@ def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
         return
     what = _describe(row)
     within = row.upper is not None and row.budget is not None and row.upper < row.budget
+    if row.budget_low is not None:  # --policy difference: the ratio's band has a lower edge too
+        within = within and row.lower is not None and row.lower > row.budget_low
     if non_inferiority:
         row.significant = not within
     onset = f"; decode drift starts at positions {row.onset}" if row.onset else ""
-    if row.significant:
+    below = row.budget_low is not None and row.estimate < 1.0  # two-sided: the side it was shown on
+    if row.significant and below:
+        row.status = "block"
+        row.reason = (
+            f"{what} below 1 / the budget, {_fmt(row, row.budget_low)}: lower than the baseline's by more than the "
+            f"budget, a change, not a regression (--policy difference tests both sides), Holm p = "
+            f"{row.p_adjusted:.3g} < {alpha}"
+        )
+    elif row.significant:
         row.status = "block"
         shown = "not shown within" if non_inferiority else "above"
         p = "" if non_inferiority else f", Holm p = {row.p_adjusted:.3g} < {alpha}"
@@ -27,6 +37,10 @@ def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
     elif within:
         row.status = "pass"
         row.reason = f"{what}: within the budget {_fmt(row, row.budget)}, powered (upper bound below it)"
+        if row.budget_low is not None:
+            row.reason += (
+                f" and above {_fmt(row, row.budget_low)} (lower bound above it: both sides under difference)"
+            )
     elif row.upper is None and row.identical is not None:
         row.status = "underpowered"
         row.reason = (
@@ -49,6 +63,11 @@ def _why_open(row: DriftRow) -> str:
     """Why a row's upper bound is not below its budget, and what would close it (if anything)."""
     if row.upper is None:
         return f"no upper bound at n = {row.n} documents (at least 2 are needed)"
+    if row.budget_low is not None and row.budget is not None and row.upper < row.budget:
+        return (
+            f"the lower bound {_fmt(row, row.lower)} is not above {_fmt(row, row.budget_low)} (1 / the budget: "
+            f"--policy difference tests both sides) at n = {row.n} documents (more documents narrow it)"
+        )
     return f"the upper bound {_fmt(row, row.upper)} is not below it at n = {row.n} documents (more documents narrow it)"
 
 
@@ -75,13 +94,13 @@ def _fmt(row: DriftRow, value: float | None) -> str:
     return f"{value:.1%}"
 
 
-def drift_block_reason(drift: Sequence[SuiteDrift]) -> str | None:
-    """The verdict's reason when a drift row blocks (the first, by adjusted p), else None."""
+def drift_block_reasons(drift: Sequence[SuiteDrift]) -> list[str]:
+    """The reason of every blocking drift row, by adjusted p (the verdict names them all)."""
     blocking = [r for d in drift for r in d.rows if r.gated and r.significant]
-    if not blocking:
-        return None
-    worst = min(blocking, key=lambda r: r.p_adjusted if r.p_adjusted is not None else r.p_value)
-    return worst.reason
+    return [
+        r.reason
+        for r in sorted(blocking, key=lambda r: r.p_adjusted if r.p_adjusted is not None else r.p_value)
+    ]
 
 
 def drift_pass_note(drift: Sequence[SuiteDrift]) -> str:

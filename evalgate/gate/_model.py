@@ -15,9 +15,11 @@ from evalgate.gate.agreement import AgreementRow
 from evalgate.gate.answers import SuiteAnswers
 from evalgate.gate.drift import SuiteDrift
 
-__all__ = ["VERDICT_SCHEMA", "Row", "Verdict"]
+__all__ = ["EXIT_CODES", "VERDICT_SCHEMA", "Row", "Verdict"]
 
 VERDICT_SCHEMA = 1
+EXIT_CODES = {"PASS": 0, "BLOCK": 1, "INCONCLUSIVE": 4}
+"""A verdict's exit code; ERROR (and anything else) is 3. 2 is a usage error, before any verdict."""
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
@@ -49,7 +51,8 @@ class Row:
     significant: bool = False
     """True when this row blocks (for non-inferiority: its lower bound is not above -margin)."""
     status: str = "pass"
-    """pass, block, underpowered, info, missing or error."""
+    """pass, block, underpowered, info, missing or error; an advisory suite's gated row (never gating)
+    advisory-pass, advisory-block (it would block) or advisory-underpowered."""
     reason: str = ""
     sequential: dict[str, Any] | None = None
     """--sequential: where the suite stopped; ``p_value`` is then the always-valid 1 / max E."""
@@ -66,6 +69,7 @@ class Verdict:
     """verdict.json (schema 1; docs/schemas/verdict.schema.json is generated from this class)."""
 
     verdict: str
+    """PASS (0), BLOCK (1), ERROR (3) or INCONCLUSIVE (4: --require-power and an UNDERPOWERED PASS)."""
     alpha: float
     policy: str
     reason: str
@@ -92,7 +96,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return {"PASS": 0, "BLOCK": 1}.get(self.verdict, 3)
+        return EXIT_CODES.get(self.verdict, 3)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -41,6 +41,10 @@ class GatePolicy:
     """What a flip BLOCK says about the server's own noise (evalgate.gate.agreement.noise_hint)."""
     drift_budget: DriftBudget = DEFAULT_DRIFT_BUDGET
     """What a drift suite's KL and perplexity ratio may reach (gate/drift.py)."""
+    advisory: tuple[str, ...] = ()
+    """Suites tested and shown but never gating, decided as a family of their own (gate/_tiers.py)."""
+    require_power: bool = False
+    """A PASS with an UNDERPOWERED blocking row is INCONCLUSIVE (exit 4)."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -65,6 +69,8 @@ class GatePolicy:
             errors_as_wrong=req.errors_as_wrong,
             noise_hint=noise_hint(deterministic=req.deterministic, imported=bool(req.baseline_samples)),
             drift_budget=parse_drift_budget(req.drift_budget),
+            advisory=tuple(req.advisory),
+            require_power=req.require_power,
         )
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evalgate.gate._drift_text import drift_block_reason, drift_pass_note
+from evalgate.gate._drift_text import drift_block_reasons, drift_pass_note
 from evalgate.gate._lengths import SuiteLengths, trend_block_reason, trend_pass_note
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
@@ -94,69 +94,16 @@ def verdict_from(
     """PASS or BLOCK with the one line that says why; ``tests``: the Holm family's size;
     ``lengths``: long-context suites, whose longest-length row can block on its own."""
     family = [r for r in rows if r.primary and r.status not in ("error", "missing")]
-    blocking = [r for r in family if r.significant]
-    flips = [a for a in agreement if a.significant]
-    silent = [(a, a.unanswered) for a in agreement if a.unanswered is not None and a.unanswered.significant]
 
     def out(verdict: str, reason: str) -> Verdict:
         return Verdict(verdict, policy.alpha, policy.policy, reason, rows, margin=policy.margin)
 
-    if blocking and policy.policy == "non-inferiority":
-        worst = min(blocking, key=lambda r: r.ci_low + (policy.margin_for(r.baseline) or 0.0))
-        return out("BLOCK", (
-            f"{worst.suite} {worst.metric}: not shown non-inferior: the lower confidence bound "
-            f"{worst.ci_low * 100:+.1f} pt ({policy.confidence:.0%} interval) is not above "
-            f"-{(policy.margin_for(worst.baseline) or 0) * 100:.1f} pt (margin {policy.margin})"
-        ))  # fmt: skip
-    if blocking:
-        worst = min(blocking, key=lambda r: (r.p_adjusted or 1.0, r.delta))
-        return out("BLOCK", (
-            f"{worst.suite} {worst.metric} changed by {worst.delta * 100:+.1f} pt "
-            f"({worst.baseline:.3f} -> {worst.candidate:.3f}, Holm p = {worst.p_adjusted:.3g} < {policy.alpha})"
-        ))  # fmt: skip
-    drifted = drift_block_reason(drift)
-    if drifted:
-        return out("BLOCK", drifted)
-    longest = [s for s in lengths if s.trend is not None and s.trend.significant]
-    if longest:
-        worst_length = min(longest, key=lambda s: (s.trend.p_adjusted or 1.0) if s.trend else 1.0)
-        return out("BLOCK", trend_block_reason(worst_length, alpha=policy.alpha))
-    if flips:
-        a = max(flips, key=lambda x: x.flip_rate)
-        acc = next(r for r in family if r.suite == a.suite)
-        what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
-        if a.sampled is not None and a.counts == "regressions":  # --repeats: the split regression excess
-            return out("BLOCK", (
-                f"{a.suite}: accuracy change not significant (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) "
-                f"but {sampled_excess_phrase(a)} > {a.sampled.margin * 100:.1f} pt, p = {a.p_adjusted:.2g}"
-            ))  # fmt: skip
-        if a.sampled is not None:  # --repeats: the arms' disagreement beyond their own (repeats.py)
-            sa = a.sampled
-            return out("BLOCK", (
-                f"{a.suite}: accuracy change not significant (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) "
-                f"but the arms disagree on {sa.cross:.1%} of repeat pairs against {sa.baseline_within:.1%} and "
-                f"{sa.candidate_within:.1%} within each arm, repeat to repeat (excess {sa.excess * 100:+.1f} pt > "
-                f"{sa.margin * 100:.1f} pt, p = {a.p_adjusted:.2g})"
-            ))  # fmt: skip
-        if a.aa_excess is not None:
-            against = f"A/A {a.aa_flip_rate:.1%} on the same items, excess {a.aa_excess * 100:+.1f} pt > {a.budget_source}"
-        else:
-            against = f"A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else f"budget {a.budget:.1%}"
-        reason = (
-            f"{a.suite}: accuracy change not significant (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) but "
-            f"{a.flip_rate:.1%} {what} ({against}, p = {a.p_adjusted:.2g})"
-        )
-        if a.aa_excess is None:
-            reason += f"; {policy.noise_hint}"
-        return out("BLOCK", reason)
-    if silent:
-        a, u = min(silent, key=lambda x: x[1].p_adjusted or 1.0)
-        return out("BLOCK", (
-            f"{a.suite}: the candidate left {u.n10} item(s) unanswered (failed, empty or cut at the token cap) "
-            f"where the baseline answered, against {u.n01} the other way ({u.candidate_rate:.1%} vs "
-            f"{u.baseline_rate:.1%} unanswered, one-sided "
-            f"{'sign-flip on per-item shares' if u.test == 'sign-flip' else 'McNemar'}, Holm p = {u.p_adjusted:.2g})"
-        ))  # fmt: skip
+    reasons = _block_reasons(rows, agreement, policy, lengths=lengths, drift=drift)
+    if reasons:
+        if len(reasons) == 1:
+            return out("BLOCK", reasons[0])
+        listed = "; ".join(f"({i}) {r}" for i, r in enumerate(reasons, 1))
+        return out("BLOCK", f"{len(reasons)} rows block: {listed}")
     n_items = sum(r.n for r in family)
     if not family and drift:  # only drift suites: their rows are the whole decision
         return out("PASS", drift_pass_note(drift).removeprefix("; "))
@@ -199,3 +146,72 @@ def verdict_from(
             f"first step demands), so this PASS only means no difference was detected at n = {min(r.n for r in weak)}"
         )
     return out("PASS", reason)
+
+
+def _block_reasons(
+    rows: Sequence[Row],
+    agreement: Sequence[AgreementRow],
+    policy: GatePolicy,
+    *,
+    lengths: Sequence[SuiteLengths],
+    drift: Sequence[SuiteDrift],
+) -> list[str]:
+    """One short reason per blocking row, every one of them (the worst of each kind first):
+    accuracy, drift, the longest context length, flips, then unanswered items."""
+    family = [r for r in rows if r.primary and r.status not in ("error", "missing")]
+    blocking = [r for r in family if r.significant]
+    out: list[str] = []
+    if policy.policy == "non-inferiority":
+        for r in sorted(blocking, key=lambda r: r.ci_low + (policy.margin_for(r.baseline) or 0.0)):
+            out.append(
+                f"{r.suite} {r.metric}: not shown non-inferior: the lower confidence bound "
+                f"{r.ci_low * 100:+.1f} pt ({policy.confidence:.0%} interval) is not above "
+                f"-{(policy.margin_for(r.baseline) or 0) * 100:.1f} pt (margin {policy.margin})"
+            )
+    else:
+        for r in sorted(blocking, key=lambda r: (r.p_adjusted or 1.0, r.delta)):
+            out.append(
+                f"{r.suite} {r.metric} changed by {r.delta * 100:+.1f} pt "
+                f"({r.baseline:.3f} -> {r.candidate:.3f}, Holm p = {r.p_adjusted:.3g} < {policy.alpha})"
+            )
+    out += drift_block_reasons(drift)
+    longest = [s for s in lengths if s.trend is not None and s.trend.significant]
+    for section in sorted(longest, key=lambda s: (s.trend.p_adjusted or 1.0) if s.trend else 1.0):
+        out.append(trend_block_reason(section, alpha=policy.alpha))
+    flips = sorted((a for a in agreement if a.significant), key=lambda x: -x.flip_rate)
+    for a in flips:
+        out.append(_flip_reason(a, next(r for r in family if r.suite == a.suite)))
+    if any(a.sampled is None and a.aa_excess is None for a in flips):
+        out[-1] += f"; {policy.noise_hint}"
+    silent = [(a, a.unanswered) for a in agreement if a.unanswered is not None and a.unanswered.significant]
+    for a, u in sorted(silent, key=lambda x: x[1].p_adjusted or 1.0):
+        out.append(
+            f"{a.suite}: the candidate left {u.n10} item(s) unanswered (failed, empty or cut at the token cap) "
+            f"where the baseline answered, against {u.n01} the other way ({u.candidate_rate:.1%} vs "
+            f"{u.baseline_rate:.1%} unanswered, one-sided "
+            f"{'sign-flip on per-item shares' if u.test == 'sign-flip' else 'McNemar'}, Holm p = {u.p_adjusted:.2g})"
+        )
+    return out
+
+
+def _flip_reason(a: AgreementRow, acc: Row) -> str:
+    """A flip row's reason; "accuracy change not significant ... but" only where it is not."""
+    lead = (
+        f"{a.suite}: " if acc.significant
+        else f"{a.suite}: accuracy change not significant (delta {acc.delta * 100:+.1f} pt, p = {acc.p_value:.2g}) but "
+    )  # fmt: skip
+    what = "of items regressed" if a.counts == "regressions" else "of answers flipped"
+    if a.sampled is not None and a.counts == "regressions":  # --repeats: the split regression excess
+        return f"{lead}{sampled_excess_phrase(a)} > {a.sampled.margin * 100:.1f} pt, p = {a.p_adjusted:.2g}"
+    if a.sampled is not None:  # --repeats: the arms' disagreement beyond their own (repeats.py)
+        sa = a.sampled
+        return (
+            f"{lead}the arms disagree on {sa.cross:.1%} of repeat pairs against {sa.baseline_within:.1%} and "
+            f"{sa.candidate_within:.1%} within each arm, repeat to repeat (excess {sa.excess * 100:+.1f} pt > "
+            f"{sa.margin * 100:.1f} pt, p = {a.p_adjusted:.2g})"
+        )
+    if a.aa_excess is not None:
+        against = f"A/A {a.aa_flip_rate:.1%} on the same items, excess {a.aa_excess * 100:+.1f} pt > {a.budget_source}"
+    else:
+        against = f"A/A {a.aa_flip_rate:.1%}" if a.aa_flip_rate is not None else f"budget {a.budget:.1%}"
+    return f"{lead}{a.flip_rate:.1%} {what} ({against}, p = {a.p_adjusted:.2g})"

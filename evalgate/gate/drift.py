@@ -126,7 +126,7 @@ class DriftRow:
     significant: bool = False
     """True when this row blocks."""
     status: str = "info"
-    """pass, block, underpowered, info."""
+    """pass, block, underpowered, info; an advisory suite's gated row advisory-pass, -block, -underpowered."""
     reason: str = ""
     test: str = ""
     path: str = ""
@@ -141,6 +141,10 @@ class DriftRow:
     identical: float | None = None
     """Every document identical on both arms: the most of documents that could differ (an upper
     bound on the share, Clopper-Pearson), since no differing document sizes the drift."""
+    budget_low: float | None = None
+    """--policy difference: the perplexity ratio's lower edge, 1 / (1 + margin). A ratio shown below
+    it blocks too (a change, not a regression); ``p_value`` is then two-sided (twice the smaller
+    one-sided p) and ``lower``/``upper`` keep their one-sided levels."""
 
     @property
     def gated(self) -> bool:
@@ -195,14 +199,17 @@ def drift_for(
     alpha: float,
     aa_pairs: Sequence[Pair] | None = None,
     seed: int = 0,
+    two_sided: bool = False,
 ) -> SuiteDrift:
-    """The suite's rows for the candidate (gated) and, with ``aa_pairs``, the A/A arm (shown)."""
+    """The suite's rows for the candidate (gated) and, with ``aa_pairs``, the A/A arm (shown);
+    ``two_sided`` (--policy difference): the gated perplexity ratio also blocks when shown below
+    1 / (1 + margin)."""
     out = SuiteDrift(suite)
     for pair_name, these in (("candidate", pairs), ("aa", aa_pairs)):
         if these is None:
             continue
         gate = budget if pair_name == "candidate" else None
-        rows, kls = _rows(suite, pair_name, these, gate, alpha=alpha, seed=seed)
+        rows, kls = _rows(suite, pair_name, these, gate, alpha=alpha, seed=seed, two_sided=two_sided)
         out.rows += rows
         if kls:
             flat = [v for doc in kls for v in doc]
@@ -219,7 +226,14 @@ def drift_for(
 
 
 def _rows(
-    suite: str, pair_name: str, pairs: Sequence[Pair], budget: DriftBudget | None, *, alpha: float, seed: int
+    suite: str,
+    pair_name: str,
+    pairs: Sequence[Pair],
+    budget: DriftBudget | None,
+    *,
+    alpha: float,
+    seed: int,
+    two_sided: bool = False,
 ) -> tuple[list[DriftRow], list[list[float]]]:
     rows: list[DriftRow] = []
     kls: list[list[float]] = []
@@ -234,7 +248,7 @@ def _rows(
                         budget and budget.kld, path=path))  # fmt: skip
         rows.append(_agree_row(suite, pair_name, len(pairs), sum(len(d) for d in kls), same, path))
         if path == "decode":
-            rows += _bucket_rows(row, docs, budget, path)
+            rows += _bucket_rows(row, docs, budget, path, first=rows[0])
         greedy = [(greedy_of(p.baseline), greedy_of(p.candidate)) for p in pairs]
         if greedy and all(b is not None and c is not None for b, c in greedy):
             rows += _greedy_rows(suite, pair_name, row, greedy, budget)  # type: ignore[arg-type]
@@ -243,7 +257,7 @@ def _rows(
         diffs = [p.baseline.metrics["loglik"] - p.candidate.metrics["loglik"] for p in pairs]
         counts = [float(p.baseline.metrics[unit]) for p in pairs]
         margin = budget.ppl_margin if budget is not None and i == 0 else None
-        rows.append(row("ppl_ratio", unit, diffs, counts, margin, path=path))
+        rows.append(row("ppl_ratio", unit, diffs, counts, margin, path=path, two_sided=two_sided))
     return rows, kls
 
 
@@ -292,9 +306,18 @@ def _bucket_rows(
 ) -> list[DriftRow]:
     """Per position bucket, the KL row over the documents that reach it (shown); the latest bucket
     past the first that ``MIN_LATE_DOCS`` documents reach is gated. ``onset`` names the first
-    bucket shown above the budget."""
+    bucket shown above the budget (``first``, the whole row, when there is one bucket)."""
     buckets = bucket_sums(docs)
-    if len(buckets) < 2:  # one bucket is the whole row again
+    limit = budget.kld if budget is not None else None
+    if len(buckets) < 2:  # one bucket is the whole row again: no rows, but it says where
+        if (
+            first is not None
+            and buckets
+            and limit is not None
+            and first.lower is not None
+            and first.lower > limit
+        ):
+            first.onset = span_label(buckets[0][0])
         return []
     late = max((i for i, sums, _ in buckets if i > 0 and len(sums) >= MIN_LATE_DOCS), default=None)
     out = [
@@ -302,7 +325,6 @@ def _bucket_rows(
             shown_only=i != late)
         for i, sums, counts in buckets
     ]  # fmt: skip
-    limit = budget.kld if budget is not None else None
     onset = next((r.span for r in out if limit is not None and r.lower is not None and r.lower > limit), "")
     for r in [*out, *([first] if first is not None else [])]:
         r.onset = onset
@@ -325,6 +347,7 @@ def _budget_row(
     span: str = "",
     shown_only: bool = False,
     how: str = "",
+    two_sided: bool = False,
 ) -> DriftRow:
     """A ratio estimator's row; the perplexity ratio is tested on its log (theta = mean change in
     log-likelihood per unit) against log(1 + margin), and shown as a ratio."""
@@ -348,6 +371,14 @@ def _budget_row(
         path=path, span=span, shown_only=shown_only,
         identical=test.share_upper if test.nonzero == 0 and test.n >= 2 else None,
     )  # fmt: skip
+    if ppl and two_sided and limit is not None and not shown_only:  # H1 also: shown below 1 / (1 + margin)
+        low = stats.ratio_budget_test(
+            [-x for x in numer], denom, budget=on_theta or 0.0, alpha=alpha,
+            seed=stats.stable_seed(seed, suite, measure, unit, pair_name, "below", *((path, span) if path else ())),
+        )  # fmt: skip
+        row.budget_low = 1 / (1 + limit)
+        row.p_value = min(1.0, 2 * min(row.p_value, float(low.p_value)))
+        row.test = f"{how or 'paired bootstrap over documents'} ({test.method}), two-sided: above 1 + margin or below 1 / (1 + margin)"
     if limit is None or shown_only:
         row.reason = "shown, not gated" if pair_name == "candidate" else "the noise floor (A/A), not gated"
         if shown_only and pair_name == "candidate":

@@ -61,8 +61,18 @@ class RunData:
         self.pairs: dict[str, list[Pair]] = {}
         self.missing: dict[str, int] = {}
         self.aa_pairs: dict[str, list[Pair]] = {}
+        self.unplanned: dict[str, list[str]] = {}
+        """suite -> item ids recorded (any arm) that the manifest never planned: never scored."""
         for suite, meta in self.manifest.suites.items():
-            arms = self.records[suite]
+            planned = set(meta.item_ids)
+            arms = {
+                arm: {key: r for key, r in recs.items() if r.item_id in planned}
+                for arm, recs in self.records[suite].items()
+            }
+            stray = {r.item_id for recs in self.records[suite].values() for r in recs.values()} - planned
+            if stray:
+                self.unplanned[suite] = sorted(stray)
+                self.records[suite] = arms
             pairs = pair_records(arms["baseline"].values(), arms["candidate"].values(), suite=suite)
             self.pairs[suite] = pairs
             expected = meta.n * max(1, self.manifest.request.repeats)  # a record per item per repeat
@@ -193,6 +203,15 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         verdict.notes.append(summary_note(run.sequential))
     errors = run.errors()
     incomplete = {s: k for s, k in run.missing.items() if k > 0}
+    advisory = set(policy.advisory)  # an advisory suite that failed is an error row and a note, never ERROR
+    held = {s: f"{s}: {k} pair(s) missing" for s, k in incomplete.items() if s in advisory}
+    held |= {
+        s: f"{s}: item errors"
+        for s in advisory
+        if s not in held and any(e.startswith(f"{s}/") for e in errors)
+    }
+    errors = [e for e in errors if e.split("/", 1)[0] not in advisory]
+    incomplete = {s: k for s, k in incomplete.items() if s not in advisory}
     if errors or incomplete:
         what = run.error_summary()
         if incomplete:
@@ -201,12 +220,30 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
             )
         verdict.verdict = "ERROR"
         verdict.reason = f"the run is incomplete ({what}); resume it to get a verdict"
+    if run.unplanned:  # records of items the plan never had: another run's, or edited in
+        verdict.verdict = "ERROR"
+        verdict.reason = "; ".join(
+            [
+                *(
+                    f"{s} has records of {len(ids)} item id(s) its manifest never planned "
+                    f"(e.g. {ids[0]!r}): they are not this run's and were not scored"
+                    for s, ids in run.unplanned.items()
+                ),
+                *([verdict.reason] if errors or incomplete else []),
+            ]
+        )
     broken = run.broken_references() if run.errors_as_wrong else {}
     broken |= {s: f"{s}: {why}" for s, why in run.failed_suites().items() if s not in broken}
     broken |= {s: why for s, why in run.silent_references().items() if s not in broken}
+    held |= {s: why for s, why in broken.items() if s in advisory}
+    broken = {s: why for s, why in broken.items() if s not in advisory}
     for row in verdict.suites:
-        if row.primary and row.suite in broken:
-            row.status, row.reason = "error", broken[row.suite]
+        if row.primary and (row.suite in broken or row.suite in held):
+            row.status, row.reason = (
+                "error",
+                broken.get(row.suite) or f"advisory, not judged: {held[row.suite]}",
+            )
+    verdict.notes += [f"advisory (not gated): not judged: {why}" for why in held.values()]
     if broken and not (errors or incomplete):  # the reference's failures are the cause: said before decide's
         verdict.verdict = "ERROR"
         verdict.reason = "; ".join(broken.values())

@@ -79,7 +79,10 @@ def _own_lmeval_aggregates(
         if not own:
             continue
         found[name] = own
-        mine = rolling_aggregates(it["metrics"] for it in suite.items.values())
+        try:
+            mine = rolling_aggregates(it["metrics"] for it in suite.items.values())
+        except OverflowError:  # a perplexity past a float (logliks of -1e7 nats): infinite
+            mine = dict.fromkeys(own, math.inf)
         for m, v in own.items():
             if m in mine and not math.isclose(mine[m], v, rel_tol=1e-6):
                 out.notes.append(

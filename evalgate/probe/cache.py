@@ -29,15 +29,18 @@ from typing import Any
 import numpy as np
 
 from evalgate.engines.api import CacheObservation, NoCacheIsolation, Scorer
-from evalgate.errors import InfraError
+from evalgate.errors import ConfigError, InfraError
 from evalgate.stats import DEFAULT_LEAK_SHARE, TimingResult, cache_timing_test
 
 __all__ = [
     "CALIBRATION_LENGTHS",
     "CONDITIONS",
     "EXIT_CODES",
+    "MAX_PREFIX_TOKENS",
+    "MIN_ALPHA",
     "MIN_GAP",
     "ProbeSettings",
+    "answer_problems",
     "decide",
     "no_isolation_report",
     "run_cache_probe",
@@ -52,6 +55,12 @@ EXIT_CODES = {"PASS": 0, "BLOCK": 1, "NO_ISOLATION": 2, "ERROR": 3, "UNDERPOWERE
 """As compare's: 0 PASS, 1 BLOCK; 2 the server has no salt to test (a setting, not a finding);
 3 no verdict (the probe was blind, or too few probes): rerun, never read as a pass."""
 SCHEMA = 1
+MIN_ALPHA = 1e-6
+"""The smallest level a probe takes: below it no run of probes could reach it (2^-20 is one
+sided at 20 probes), and ``1 - 2 * alpha`` rounds to 1 (a confidence the bootstrap refuses)."""
+MAX_PREFIX_TOKENS = 1 << 20
+"""The longest prefix ``--prefix-tokens`` asks for; each probe draws it as random token ids, and a
+server's own context (when it says) caps it further."""
 
 Progress = Callable[[str], None]
 
@@ -73,6 +82,57 @@ class ProbeSettings:
     seed: int = 0
     max_tokens: int = 1
 
+    def __post_init__(self) -> None:
+        check_seed_alpha(self.seed, self.alpha)
+        if self.prefix_tokens is not None and self.prefix_tokens > MAX_PREFIX_TOKENS:
+            raise ConfigError(
+                f"--prefix-tokens {self.prefix_tokens} is longer than any context "
+                f"(at most {MAX_PREFIX_TOKENS})",
+                fix="pass a prefix shorter than the server's context, or omit it (calibrated)",
+            )
+
+
+def check_seed_alpha(seed: int, alpha: float) -> None:
+    """``--seed`` and ``--alpha`` as a probe can use them (exit 2 naming the flag)."""
+    if seed < 0:
+        raise ConfigError(f"--seed {seed} is negative", fix="pass a seed of 0 or more (0 is the default)")
+    if not MIN_ALPHA <= alpha < 0.5:
+        raise ConfigError(
+            f"--alpha {alpha:g} is out of range",
+            fix=f"pass a level from {MIN_ALPHA:g} to below 0.5, e.g. 0.05",
+        )
+
+
+def answer_problems(obs: Sequence[dict[str, Any]]) -> list[str]:
+    """Why answers (``_obs`` rows) cannot be read at all: a request that came back with no answer
+    (no choices, a null text), or cached tokens that are no count of the prompt's tokens (negative,
+    not an integer, more than the prompt). Either is an ERROR, never timed nor read as a leak."""
+    out = []
+    silent = [o for o in obs if not o.get("answered", True)]
+    if silent:
+        out.append(
+            f"{len(silent)} of {len(obs)} requests came back with no answer (no choices, or a null "
+            "text): the server answered nothing, so nothing it did was measured"
+        )
+    bad = [
+        o["cached_tokens"]
+        for o in obs
+        if o["cached_tokens"] is not None
+        and (
+            isinstance(o["cached_tokens"], bool)
+            or not isinstance(o["cached_tokens"], int)
+            or o["cached_tokens"] < 0
+            or (isinstance(o.get("prompt_tokens"), int) and o["cached_tokens"] > o["prompt_tokens"])
+        )
+    ]
+    if bad:
+        out.append(
+            f"{len(bad)} answers report cached tokens that are no count of the prompt's tokens "
+            f"(e.g. {bad[0]!r}: negative, not an integer, or more than the prompt): the server's "
+            "usage is garbage, so it is read as nothing"
+        )
+    return out
+
 
 async def run_cache_probe(
     scorer: Scorer, settings: ProbeSettings, *, progress: Progress | None = None
@@ -86,6 +146,13 @@ async def run_cache_probe(
     context = await scorer.context_length()
     try:
         if settings.prefix_tokens is not None:
+            room = (context or 0) - settings.suffix_tokens - settings.max_tokens
+            if context and settings.prefix_tokens > room:
+                raise ConfigError(
+                    f"--prefix-tokens {settings.prefix_tokens} does not fit the server's context of "
+                    f"{context} tokens (with the {settings.suffix_tokens}-token suffix and the answer)",
+                    fix=f"pass --prefix-tokens {max(16, room)} or less, or omit it (calibrated)",
+                )
             length, calibration = settings.prefix_tokens, []
         else:
             length, calibration = await _calibrate(scorer, settings, pool, rng, context, say)
@@ -157,6 +224,9 @@ def decide(
         "same_cached_min": min((s for s in same if s is not None), default=None),
         "same_probes_below_prefix": len(short),
     }
+    garbage = answer_problems([r[c] for r in rows for c in (*CONDITIONS, "victim") if c in r])
+    if garbage:
+        return "ERROR", garbage, oracle
     reasons = []
     if leaked:
         reasons.append(
@@ -226,7 +296,12 @@ def _salt(settings: ProbeSettings) -> str | None:
 
 
 def _obs(o: CacheObservation) -> dict[str, Any]:
-    return {"latency_s": o.latency_s, "cached_tokens": o.cached_tokens, "prompt_tokens": o.prompt_tokens}
+    return {
+        "latency_s": o.latency_s,
+        "cached_tokens": o.cached_tokens,
+        "prompt_tokens": o.prompt_tokens,
+        "answered": o.text is not None,
+    }
 
 
 async def _probe(

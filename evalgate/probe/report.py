@@ -1,21 +1,39 @@
 """A probe's report, rendered from its probe.json alone: the summary line, junit.xml (one test
 case per probe, beside compare's in CI), summary.md (the GitHub step summary's section) and a
-small self-contained probe.html. Nothing is recomputed here."""
+small self-contained probe.html. Nothing is recomputed here.
+
+Text from a server or a model (reasons, answers, the server's URL) is shown as stored, as
+report.html shows it: control characters as ``\\x1b``, bidirectional controls as ``\\u202e``
+(``shown``, the same rule as ``evalgate/report/_format.py``'s ``clean``), then escaped for HTML,
+Markdown or XML."""
 
 from __future__ import annotations
 
 import html
 import math
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
 from evalgate.probe.cache import summary_line as cache_line
 from evalgate.probe.warm_cold import summary_line as warm_cold_line
 
-__all__ = ["TITLES", "junit_xml", "probe_html", "summary_line", "summary_md"]
+__all__ = ["TITLES", "junit_xml", "probe_html", "shown", "summary_line", "summary_md"]
 
 TITLES = {"cache_isolation": "cache isolation", "warm_cold": "warm/cold answers"}
 ICONS = {"PASS": "✅", "BLOCK": "❌", "NO_ISOLATION": "⚠️", "ERROR": "⚠️", "UNDERPOWERED": "⚠️"}
+# report/_format.py's rule (tests/probe/test_probe_files.py holds the two to the same output):
+# C0/C1 controls but tab and newline, lone surrogates and noncharacters; bidirectional controls.
+_BAD = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]")
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(value: object) -> str:
+    """Text as stored, safe in any document: line ends normalised, bad code points and
+    bidirectional controls as visible escapes (``\\x1b``, ``\\u202e``); not yet HTML-escaped."""
+    text = str(value).replace("\r\n", "\n").replace("\r", "\n")
+    text = _BAD.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else "\ufffd", text)
+    return _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def summary_line(report: dict[str, Any]) -> str:
@@ -32,12 +50,12 @@ def junit_xml(report: dict[str, Any]) -> str:
     suite = ET.Element("testsuite", name="evalgate probe", tests="1")
     case = ET.SubElement(suite, "testcase", classname="evalgate.probe", name=name)
     case.set("time", str(report.get("seconds", 0)))
-    verdict, text = report["verdict"], "\n".join(report["reasons"])
+    verdict, text = report["verdict"], shown("\n".join(report["reasons"]))
     if verdict != "PASS":
         kind = "failure" if verdict == "BLOCK" else "error"
-        ET.SubElement(case, kind, message=f"{verdict}: {report['reasons'][0]}").text = text
+        ET.SubElement(case, kind, message=shown(f"{verdict}: {report['reasons'][0]}")).text = text
         suite.set("failures" if kind == "failure" else "errors", "1")
-    ET.SubElement(case, "system-out").text = summary_line(report)
+    ET.SubElement(case, "system-out").text = shown(summary_line(report))
     return ET.tostring(suite, encoding="unicode") + "\n"
 
 
@@ -81,7 +99,12 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
 def summary_md(report: dict[str, Any]) -> str:
     """The probe's section of a GitHub step summary (Markdown)."""
     title, verdict = TITLES.get(report["probe"], report["probe"]), report["verdict"]
-    lines = [f"## evalgate probe: {title} {ICONS.get(verdict, '')} {verdict}", "", summary_line(report), ""]
+    lines = [
+        f"## evalgate probe: {title} {ICONS.get(verdict, '')} {verdict}",
+        "",
+        shown(summary_line(report)),
+        "",
+    ]
     head, rows = _rows(report)
     if rows:
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -94,13 +117,16 @@ def summary_md(report: dict[str, Any]) -> str:
 
 def _md(text: str) -> str:
     """A reason as one Markdown list item: no line breaks, no table pipes, no raw HTML."""
-    return html.escape(" ".join(str(text).split())).replace("|", "\\|")
+    return html.escape(" ".join(shown(text).split())).replace("|", "\\|")
 
 
 def probe_html(report: dict[str, Any]) -> str:
     """probe.html: one self-contained page (no script, no external file) with the conditions'
     latencies and cached tokens, the figures, the verdict and its reasons, and any flipped answers."""
-    e = html.escape
+
+    def e(value: object) -> str:
+        return html.escape(shown(value))
+
     title, verdict = TITLES.get(report["probe"], report["probe"]), report["verdict"]
     head, rows = _rows(report)
     table = ""

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from evalgate.engines.api import CacheObservation, NoCacheIsolation, Scorer
+from evalgate.probe.cache import answer_problems, check_seed_alpha
 from evalgate.stats import DEFAULT_FLIP_BUDGET, flip_budget_test
 
 __all__ = [
@@ -63,6 +64,9 @@ class WarmColdSettings:
     deterministic: bool = False
     """The server is deterministic: the budget is 0, any flip BLOCKs."""
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_seed_alpha(self.seed, self.alpha)
 
 
 @dataclass(frozen=True)
@@ -137,10 +141,22 @@ def _decide(
     budget: float,
     alpha: float,
 ) -> tuple[str, list[str]]:
-    """The controls first (a cold request that read the cache, warm requests that read none), then
-    the flip test."""
+    """The controls first (answers that are no answers, a cold request that read the cache, warm
+    requests that read none), then the flip test."""
     n = len(warm)
     flipped = f"{len(flips)} of {n} answers differ warm against cold (budget {budget:g}, p = {pvalue:.3g})"
+    both = [*warm, *cold]
+    garbage = answer_problems(
+        [{"cached_tokens": o.cached_tokens, "prompt_tokens": o.prompt_tokens, "answered": o.text is not None}
+         for o in both]
+    )  # fmt: skip
+    if not garbage and all(not (o.text or "").strip() for o in both):
+        garbage = [
+            f"every one of the {len(both)} answers is empty: the server answered nothing, so two "
+            "empty answers agreeing says nothing of the cache"
+        ]
+    if garbage:
+        return "ERROR", [*garbage, flipped]
     cold_read = [c.cached_tokens for c in cold if c.cached_tokens]
     warm_cached = [w.cached_tokens for w in warm if w.cached_tokens is not None]
     if cold_read:

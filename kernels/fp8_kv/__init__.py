@@ -13,6 +13,7 @@ from typing import Any
 
 _WHERE = {
     "E4M3_MAX": "e4m3",
+    "ROUNDINGS": "e4m3",
     "dequantize_fp8": "e4m3",
     "kv_scale": "e4m3",
     "quantize_fp8": "e4m3",

@@ -8,6 +8,11 @@ torch 2.13's own `.to(torch.float8_e4m3fn)`:
   softmax row through inf - inf);
 - NaN stays NaN (0x7F, or 0xFF with the sign bit) and does not enter the scale, so it only
   affects its own element; attention over a NaN element yields NaN, as the unquantized op would.
+
+Rounding is to nearest, ties to even, unless `rounding="toward_zero"` asks for truncation: the
+e4m3 value of largest magnitude not above |x / scale|, with its sign. That is how vLLM's CPU
+backend writes its cache (issue #45); the numerics check scores both, so that the format's cost
+and an implementation's are told apart.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ _MIN_SCALE = 2.0**-126
 """Floor for all-zero rows so that 0 / scale stays 0 instead of NaN."""
 
 Granularity = Literal["tensor", "token_head"]
+Rounding = Literal["nearest", "toward_zero"]
+ROUNDINGS: tuple[Rounding, ...] = ("nearest", "toward_zero")
+"""Round to nearest, ties to even (the hardware cast's), and toward zero (truncation)."""
 
 
 def kv_scale(x: torch.Tensor, *, granularity: Granularity = "token_head") -> torch.Tensor:
@@ -51,10 +59,24 @@ def _expand_scale(scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return scale.unsqueeze(-1)
 
 
-def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Quantize to float8_e4m3fn: round-to-nearest-even of clamp(x / scale, +-448)."""
-    y = x.float() / _expand_scale(scale, x)
-    return y.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+def quantize_fp8(x: torch.Tensor, scale: torch.Tensor, *, rounding: Rounding = "nearest") -> torch.Tensor:
+    """Quantize to float8_e4m3fn: round clamp(x / scale, +-448) to nearest (ties to even) or toward zero.
+
+    Toward zero gives the e4m3 value of largest magnitude not above |x / scale|, with its sign;
+    saturation at +-448 and NaN are as for nearest.
+    """
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    y = (x.float() / _expand_scale(scale, x)).clamp(-E4M3_MAX, E4M3_MAX)
+    q = y.to(torch.float8_e4m3fn)
+    if rounding == "nearest":
+        return q
+    # Rounded up in magnitude: step one code toward zero. Codes are ordered by magnitude within a
+    # sign (0x00..0x7E), and a value that rounded up is not zero, so its code minus 1 is the
+    # neighbour below; NaN compares false and stays.
+    bits = q.view(torch.uint8)
+    up = q.float().abs() > y.abs()
+    return torch.where(up, bits - 1, bits).view(torch.float8_e4m3fn)
 
 
 def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

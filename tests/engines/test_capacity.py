@@ -138,3 +138,18 @@ def test_nothing_reported_gives_none_and_no_ratio() -> None:
     assert all(parse("server started\nlistening") is None for parse in PARSERS.values())
     assert capacity_ratio(None, {"kv_tokens": 1})["ratio"] is None
     assert capacity_ratio({"kv_tokens": 0}, {"kv_tokens": 5})["ratio"] is None
+
+
+def test_vllm_cpu_pool_is_named_as_the_explicit_kv_space_not_free_memory() -> None:
+    """#45: on vLLM's CPU backend the pool is VLLM_CPU_KVCACHE_SPACE (its log's "Explicitly set"),
+    so the capacity line must not say it was sized from free memory."""
+    log = (
+        "(EngineCore_DP0 pid=1) INFO Explicitly set (1.0/20.34) GiB for KV cache\n"
+        "(EngineCore_DP0 pid=1) INFO CPU KV cache size: 46,592 tokens\n"
+    )
+    cpu = vllm_capacity(log)
+    assert cpu is not None and cpu["pool_memory"] == "explicit (VLLM_CPU_KVCACHE_SPACE)"
+    fp8 = {**cpu, "kv_tokens": 93_184}
+    ratio = capacity_ratio(cpu, fp8)
+    assert ratio["ratio"] == 2.0 and "VLLM_CPU_KVCACHE_SPACE" in ratio["basis"]
+    assert "free memory" not in ratio["basis"]

@@ -221,3 +221,9 @@ def test_a_loglik_that_is_not_the_sum_of_its_positions_is_refused() -> None:
     (pair,) = decode_pairs(1, drift_from=None, decode=4)
     pair.candidate.metrics["loglik"] -= 0.5
     assert "is not the sum of the positions' logprobs" in (response_problem(pair.candidate) or "")
+
+
+def test_one_bucket_of_positions_still_names_where_the_drift_starts() -> None:
+    v = _decide(decode_pairs(10, drift_from=2, decode=16))
+    assert v.verdict == "BLOCK" and "decode drift starts at positions 0-63" in v.reason
+    assert not [r for r in _rows(v, path="decode") if r.span]  # one bucket: no per-bucket rows

@@ -74,6 +74,7 @@ def test_cli_pass_writes_json_and_exits_0(torch_and_triton, tmp_path) -> None:
     report = json.loads(out.read_text())
     assert report["passed"] is True and report["kernels"] == ["int4"]
     assert report["triton_mode"] == "interpreter"
+    assert report["roundings"] == []  # the e4m3 roundings come with fp8_kv only
     impls = {(r["name"], r["impl"]) for r in report["rows"]}
     assert {("int4.w4a16", "triton"), ("int4.w4a16", "reference"), ("int4.quant", "reference")} <= impls
     for row in report["rows"]:
@@ -110,6 +111,12 @@ def test_monkeypatched_scale_function_fails_the_check(torch_and_triton, monkeypa
     assert all(r.metrics["sqnr_vs_ref_db"] >= 40 for r in triton_rows)  # both implementations wrong alike
     assert "FAIL" in format_table(report)
     assert json.loads(json.dumps(report.to_dict()))["passed"] is False
+    # The e4m3 roundings side by side are reported with fp8_kv and never gate it.
+    assert [r.data for r in report.roundings] == ["normal", "normal", "outliers", "outliers"]
+    assert "toward_zero rel_fro" in format_table(report)
+    roundings = report.to_dict()["roundings"]
+    assert {"name", "data", "shape", "metrics", "ratio"} <= set(roundings[0])
+    assert set(roundings[0]["metrics"]) == {"nearest", "toward_zero"}
 
 
 def test_unknown_kernel_and_fault_are_usage_errors(torch_and_triton, capsys) -> None:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.api import Engine
+from evalgate.engines.attach._allowed import parse_allowed, require_allowed_workers
 from evalgate.engines.attach._fingerprint import (
     PROTOCOLS,
     _key_env,
@@ -32,10 +33,10 @@ from evalgate.engines.attach._fingerprint import (
     require_two_instances,
 )
 from evalgate.engines.attach._sharded import ShardedScorer
-from evalgate.engines.attach._urls import normalize_url
+from evalgate.engines.attach._urls import normalize_url, shared_server
 from evalgate.engines.gateway import GatewayScorer, GatewayWorker, read_workers
 from evalgate.errors import ConfigError
-from evalgate.redact import redact_url
+from evalgate.redact import env_secrets, redact_url
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["AttachedHandle", "ExternalEngine"]
@@ -74,6 +75,7 @@ class ExternalEngine(Engine):
         allow_diff: Iterable[str] = (),
         same_server_ok: bool = False,
         worker_kld_tolerance: float = 1e-5,
+        allow_workers: Iterable[str] = (),
     ) -> None:
         if protocol not in ("auto", *PROTOCOLS):
             raise ConfigError(
@@ -101,6 +103,8 @@ class ExternalEngine(Engine):
         """--same-server-ok: both arms may reach one running server (an A/A check of the harness)."""
         self.worker_kld_tolerance = worker_kld_tolerance
         """How far an attached gateway's workers may answer the fixed probe apart ([gateway])."""
+        self.allow_workers = parse_allowed(allow_workers)
+        """Hosts besides the gateway's own whose workers a listing may name ([gateway] allow_workers)."""
         self._info: dict[str, dict[str, Any]] = {}
 
     def urls_for(self, arm: str) -> list[str]:
@@ -135,14 +139,15 @@ class ExternalEngine(Engine):
     def _gateway_info(
         self, arm: str, url: str, workers: list[GatewayWorker], key: str | None, env: str
     ) -> dict[str, Any]:
-        """An arm that is one smg gateway: every worker it lists fingerprinted directly, the
-        workers of each role required identical (exit 2 naming the odd one), all traffic through
-        the gateway (``scorer``)."""
+        """An arm that is one smg gateway: every worker it lists checked to be one the user allowed
+        (before any is contacted), then fingerprinted directly, the workers of each role required
+        identical (exit 2 naming the odd one), all traffic through the gateway (``scorer``)."""
         where = redact_url(url)
         if not workers:
             raise ConfigError(
                 f"the gateway {where} lists no workers", fix="register the arm's workers with it"
             )
+        require_allowed_workers(arm, url, workers, self.allow_workers, secrets=[key or "", *env_secrets()])
         down = [w for w in workers if w.status != "ready" or not w.healthy]
         if down:
             raise ConfigError(
@@ -261,6 +266,7 @@ class ExternalEngine(Engine):
         base, cand = self.attach_info("baseline"), self.attach_info("candidate")
         if not self.same_server_ok:  # one server behind two URLs (a proxy port): no pair either
             require_two_instances(base, cand)
+            _require_own_workers(base, cand)
         require_attached_pair(base, cand, allow=self.allow_diff)
         roles = [_roles(base), _roles(cand)]
         if roles[0] and roles[1]:  # two gateways: worker by worker, role by role (PD pools too)
@@ -295,6 +301,33 @@ class ExternalEngine(Engine):
         if self.deterministic:
             return 1
         return self.concurrency or dialect_of(fp).concurrency(fp)
+
+
+def _endpoints(info: dict[str, Any]) -> dict[str, str]:
+    """Where an arm's answers come from, each as an error names it: a gateway's listed workers (its
+    client refuses an answer from any other, engines/client.py), else the arm's URLs."""
+    gateway = info.get("gateway")
+    if not isinstance(gateway, dict):
+        return {str(u): f"URL {redact_url(str(u))}" for u in info["urls"]}
+    behind = redact_url(str(gateway.get("url")))
+    return {str(w["url"]): f"worker {w['url']} (listed by the gateway {behind})" for w in gateway["workers"]}
+
+
+def _require_own_workers(base: dict[str, Any], cand: dict[str, Any]) -> None:
+    """Refuse (exit 2) two arms one of whose workers is the other's (two gateways in front of one
+    worker, or a gateway listing the other arm's server): it would answer for both, and the pair
+    would pass whatever the candidate is. Plain URLs were compared before anything started."""
+    if not (isinstance(base.get("gateway"), dict) or isinstance(cand.get("gateway"), dict)):
+        return
+    b, c = _endpoints(base), _endpoints(cand)
+    found = shared_server(list(b), list(c))
+    if found is not None:
+        raise ConfigError(
+            f"the baseline's {b[found[0]]} and the candidate's {c[found[1]]} are one server, so it would "
+            "answer for both arms and the pair would pass whatever the candidate is",
+            fix="give each arm its own workers (one gateway per arm, over disjoint --worker-urls); to check "
+            "the harness against one server on purpose (an A/A run), add --same-server-ok",
+        )
 
 
 def _roles(info: dict[str, Any]) -> dict[str, dict[str, Any]]:

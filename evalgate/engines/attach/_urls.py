@@ -14,7 +14,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 from evalgate.errors import ConfigError
 from evalgate.redact import redact_url
 
-__all__ = ["normalize_url", "require_two_servers", "server_identity"]
+__all__ = ["normalize_url", "require_two_servers", "server_identity", "shared_server"]
 
 
 def normalize_url(url: str) -> str:
@@ -115,9 +115,23 @@ def _resolved(urls: Iterable[str]) -> dict[str, tuple[set[str], bool]]:
 
 def require_two_servers(baseline: Sequence[str], candidate: Sequence[str]) -> None:
     """Refuse (exit 2) a pair where both arms reach the same server: it agrees with itself, so it
-    would pass whatever the candidate is. One server is one spelling (``server_identity``), or one
-    address, port and path (``_addresses``) where either URL names its host by address or as the
-    loopback, so this holds where the server reports no instance (``require_two_instances``)."""
+    would pass whatever the candidate is (``shared_server``)."""
+    shared = shared_server(baseline, candidate)
+    if shared:
+        b, c = shared
+        raise ConfigError(
+            f"--baseline-url {redact_url(b)} and --candidate-url {redact_url(c)} are the same server, so the "
+            "pair compares that server with itself and would pass whatever the candidate is",
+            fix="point --candidate-url at the candidate's own server; to check the harness against one "
+            "server on purpose (an A/A run), add --same-server-ok",
+        )
+
+
+def shared_server(baseline: Sequence[str], candidate: Sequence[str]) -> tuple[str, str] | None:
+    """The first (baseline URL, candidate URL) that reach one server, else None. One server is one
+    spelling (``server_identity``), or one address, port and path (``_addresses``) where either URL
+    names its host by address or as the loopback, so this holds where the server reports no
+    instance (``require_two_instances``)."""
     base = {server_identity(u): u for u in baseline}
     shared = [(base[server_identity(u)], u) for u in candidate if server_identity(u) in base]
     if not shared:  # two DNS names on one address may be virtual hosts of an ingress: not refused
@@ -128,11 +142,4 @@ def require_two_servers(baseline: Sequence[str], candidate: Sequence[str]) -> No
             for b in baseline
             if where[b][0] & where[c][0] and (where[b][1] or where[c][1])
         ]
-    if shared:
-        b, c = shared[0]
-        raise ConfigError(
-            f"--baseline-url {redact_url(b)} and --candidate-url {redact_url(c)} are the same server, so the "
-            "pair compares that server with itself and would pass whatever the candidate is",
-            fix="point --candidate-url at the candidate's own server; to check the harness against one "
-            "server on purpose (an A/A run), add --same-server-ok",
-        )
+    return shared[0] if shared else None

@@ -6,6 +6,12 @@ made through it, with each item scored by whichever worker smg picked. So each w
 directly, once, to teacher-force the same fixed text (``PROBE_TEXT``), and an arm whose workers'
 distributions differ by more than ``[gateway] worker_kld_tolerance`` is refused, naming the worker.
 That sees what no setting reports: llama-server does not say its KV type anywhere it can be read.
+
+A gateway is then checked by what answers through it, not by its listing: the same probe is sent
+through the gateway, and its answer must be that of the worker smg names for it (or, where none
+is named, of some listed worker). A gateway that forwards to a server it does not list (the other
+arm's) is refused, exit 2; so is one that names a worker it does not list, here and for every
+item after (``GatewayRoute.listed``, engines/client.py).
 """
 
 from __future__ import annotations
@@ -18,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Scorer
-from evalgate.engines.client import ROUTING_KEY
+from evalgate.engines.client import ROUTED_TO, ROUTING_KEY, GatewayRoute, UnlistedWorker
 from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import ConfigError
 from evalgate.stats import position_klds, top1_same
 
-__all__ = ["PROBE_TEXT", "GatewayScorer", "compare_workers"]
+__all__ = ["PROBE_TEXT", "THROUGH", "GatewayScorer", "compare_workers"]
 
 PROBE_TEXT = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -32,6 +38,8 @@ PROBE_TEXT = (
 )
 """A fixed GSM8K-train-style text every worker teacher-forces (its top-k at each position)."""
 PROBE_TOP_K = 8
+THROUGH = "through the gateway"
+"""The gateway's own answer to the probe, as ``compare_workers`` names it beside a worker's."""
 
 
 def compare_workers(
@@ -85,6 +93,14 @@ class GatewayScorer(Scorer):
         self.tolerance = tolerance
         self.concurrency = int(through.concurrency) * max(1, len(self.workers))
         self.probe: dict[str, dict[str, Any]] = {}
+        """Each worker's answer to the fixed probe against the first of its role, by URL."""
+        self.through_probe: dict[str, Any] = {}
+        """The gateway's own answer to it against the worker it came from (``_check_through``)."""
+        route = getattr(getattr(through, "http", None), "gateway", None)
+        self.route = route if isinstance(route, GatewayRoute) else None
+        """How ``through`` reaches the gateway: it refuses any answer from a worker not listed here."""
+        if self.route is not None:
+            self.route.listed = frozenset(u.rstrip("/") for u in self.workers)
 
     async def _keyed(self, key: str, call: Any) -> Any:
         token = ROUTING_KEY.set(key)
@@ -149,13 +165,15 @@ class GatewayScorer(Scorer):
         await asyncio.gather(self.through.aclose(), *(s.aclose() for s in self.workers.values()))
 
     def routed(self) -> dict[str, int]:
-        """Answers per worker as smg reported them (``x-smg-routed-worker-id``)."""
-        route = getattr(getattr(self.through, "http", None), "gateway", None)
-        return dict(route.routed) if route is not None else {}
+        """Answers per listed worker as smg reported them (``x-smg-routed-worker-id``)."""
+        return dict(self.route.routed) if self.route is not None else {}
 
     async def check_workers(self, *, server: str) -> dict[str, dict[str, Any]]:
         """Teacher-force ``PROBE_TEXT`` on every worker directly and refuse (exit 2) an arm whose
-        workers of one role answer differently, naming the odd worker."""
+        workers of one role answer differently, naming the odd worker; then the same probe through
+        the gateway (``_check_through``)."""
+        if self.route is not None:
+            self.route.arm = server
         tokens = await self.through.tokenize(PROBE_TEXT)
         by_role: dict[str, dict[str, Sequence[Position]]] = {}
         for url, scorer in self.workers.items():
@@ -180,11 +198,63 @@ class GatewayScorer(Scorer):
                     "workers are known to differ only in run-to-run noise",
                     detail="\n".join(f"  {u}: {v}" for u, v in found.items()),
                 )
+        await self._check_through(
+            tokens, {u: p for probes in by_role.values() for u, p in probes.items()}, server
+        )
         return self.probe
 
+    async def _check_through(
+        self, tokens: list[int], probes: Mapping[str, Sequence[Position]], server: str
+    ) -> None:
+        """The probe through the gateway must answer as the worker smg names for it (a regular one;
+        else as any listed worker): refuse (exit 2) a gateway that answers from elsewhere."""
+        if not probes:
+            return
+        named: list[str] = []
+        mark, cached = ROUTED_TO.set(named), getattr(self.through, "cache_prompt", None)
+        if cached is not None:  # as on the workers: the answer must not depend on the gateway's cache
+            self.through.cache_prompt = False  # type: ignore[attr-defined]
+        try:
+            call = self.through.token_distributions(tokens, start=1, top_k=PROBE_TOP_K)
+            answer = await self._keyed(PROBE_TEXT, call)
+        except UnlistedWorker as exc:
+            raise _unlisted(server, exc) from exc
+        finally:
+            ROUTED_TO.reset(mark)
+            if cached is not None:
+                self.through.cache_prompt = cached  # type: ignore[attr-defined]
+        worker = named[-1] if named else ""
+        one = worker in probes and self.roles.get(worker, "regular") == "regular"
+        refs = [worker] if one else list(probes)
+        found = {
+            u: compare_workers({u: probes[u], THROUGH: answer}, tolerance=self.tolerance)[0][THROUGH]
+            for u in refs
+        }
+        best = min(refs, key=lambda u: _kld(found[u]))
+        self.through_probe = {**found[best], "compared_with": best}
+        if _kld(found[best]) <= self.tolerance:
+            return
+        kld = found[best].get("mean_kld")
+        said = f"mean KL {kld:.3g} nats/token" if kld is not None else "a different number of positions"
+        whom = f"the worker it names for it, {worker}" if one else "any worker it lists"
+        raise ConfigError(
+            f"the {server} arm's gateway answers a fixed probe unlike {whom} ({said} from {best}, above the "
+            f"tolerance {self.tolerance:g}), so it forwards to a server it does not list (another arm's?) "
+            "and the arm would be scored on that server's answers",
+            fix=f"point the {server}'s gateway at its own workers only, and attach it by the URL that routes "
+            "there (smg names the worker that answered in x-smg-routed-worker-id)",
+            detail=f"  through the gateway vs {best}: {found[best]}",
+        )
+
     async def preflight(self, *, server: str, chat: bool = True) -> PreflightReport:
-        """The usual preflight through the gateway, then the workers' probe."""
-        report = await preflight(self, server=server, chat=chat)
+        """The usual preflight through the gateway, then the workers' probe (and the gateway's).
+        An answer from a worker the gateway does not list is exit 2 here, before any item."""
+        if self.route is not None:
+            self.route.arm = server
+        try:
+            report = await preflight(self, server=server, chat=chat)
+        except UnlistedWorker as exc:
+            raise _unlisted(server, exc) from exc
         probe = await self.check_workers(server=server)
         worst = max((v.get("mean_kld") or 0.0 for v in probe.values()), default=0.0)
         report.add(
@@ -192,4 +262,28 @@ class GatewayScorer(Scorer):
             True,
             f"{len(probe)} workers, a fixed probe: worst mean KL {worst:.3g} <= {self.tolerance:g}",
         )
+        if self.through_probe:
+            kld = self.through_probe.get("mean_kld") or 0.0
+            report.add(
+                "the gateway answers as its workers",
+                True,
+                f"the probe through the gateway against {self.through_probe['compared_with']}: mean KL "
+                f"{kld:.3g} <= {self.tolerance:g}",
+            )
         return report
+
+
+def _kld(found: Mapping[str, Any]) -> float:
+    kld = found.get("mean_kld")
+    return float("inf") if kld is None else float(kld)
+
+
+def _unlisted(server: str, exc: UnlistedWorker) -> ConfigError:
+    """An answer from a worker the gateway does not list, seen before any item: exit 2."""
+    return ConfigError(
+        f"the {server} arm's gateway answered from a worker it does not list ({exc.worker!r}), so its "
+        "answers may be another server's (the other arm's)",
+        fix=f"point the {server}'s gateway at its own workers only (every answer's x-smg-routed-worker-id must "
+        "be a worker its GET /workers lists)",
+        detail=f"  {exc}",
+    )

@@ -27,7 +27,7 @@ import httpx
 
 from evalgate.engines._launcher import ServerHandle, free_port, run_process
 from evalgate.errors import ConfigError, ServerStartError
-from evalgate.redact import redact_url
+from evalgate.redact import env_secrets, redact, redact_url
 
 __all__ = [
     "ROLES",
@@ -43,6 +43,9 @@ __all__ = [
 ROLES = ("regular", "prefill", "decode", "encode")
 """smg's ``worker_type`` values (crates/protocols/src/worker.rs ``WorkerType``)."""
 INSTALL_FIX = "pip install 'evalgate[gateway]' (smg, SGLang's model gateway), or set [gateway] smg"
+LISTED_TEXT = 200
+"""Characters kept of a listed worker's text fields (model id, status, runtime): the gateway's
+word, stored in the manifest, so masked (``redact``) and cut like any server text."""
 
 
 @dataclass(frozen=True)
@@ -73,18 +76,24 @@ class GatewayWorker:
         }
 
 
-def parse_workers(data: Any, *, where: str) -> list[GatewayWorker] | None:
+def parse_workers(data: Any, *, where: str, secrets: Sequence[str] = ()) -> list[GatewayWorker] | None:
     """The workers of one ``GET /workers`` answer; None when ``data`` is not smg's listing (the URL
-    is a server, not a gateway). A listing with a malformed entry is refused, never half-read."""
+    is a server, not a gateway). A listing with a malformed entry is refused, never half-read.
+    The text fields are the server's word: ``secrets`` (the API keys) masked, each cut to
+    ``LISTED_TEXT``; the URLs are checked before any is contacted (engines/attach)."""
     if not isinstance(data, dict) or not isinstance(data.get("workers"), list) or "stats" not in data:
         return None
+
+    def text(value: Any) -> str:
+        return redact(str(value or ""), secrets=secrets, limit=LISTED_TEXT)
+
     out = []
     for i, w in enumerate(data["workers"]):
         url = w.get("url") if isinstance(w, dict) else None
         role = w.get("worker_type", "regular") if isinstance(w, dict) else None
         if not isinstance(url, str) or not url.startswith(("http://", "https://")) or role not in ROLES:
             raise ConfigError(
-                f"{where} lists a worker evalgate cannot read (entry {i}: {_show(w)})",
+                f"{where} lists a worker evalgate cannot read (entry {i}: {redact(_show(w), secrets=secrets)})",
                 fix="each worker must have an http(s) url and a worker_type of "
                 f"{', '.join(ROLES)} (smg's /workers); attach the workers' own URLs instead",
             )
@@ -93,11 +102,11 @@ def parse_workers(data: Any, *, where: str) -> list[GatewayWorker] | None:
             GatewayWorker(
                 url=url.rstrip("/"),
                 role=str(role),
-                model_id=str(w.get("model_id") or ""),
-                status=str(w.get("status") or ""),
+                model_id=text(w.get("model_id")),
+                status=text(w.get("status")),
                 healthy=w.get("is_healthy") is not False,
                 bootstrap_port=port if isinstance(port, int) and not isinstance(port, bool) else None,
-                runtime=str(w.get("runtime_type") or ""),
+                runtime=text(w.get("runtime_type")),
             )
         )
     return out
@@ -121,7 +130,9 @@ def read_workers(url: str, api_key: str | None, *, timeout_s: float = 10.0) -> l
         data = resp.json()
     except (ValueError, RecursionError):
         return None
-    return parse_workers(data, where=redact_url(url))
+    return parse_workers(
+        data, where=redact_url(url), secrets=[*([api_key] if api_key else []), *env_secrets()]
+    )
 
 
 def find_smg(configured: str | None = None) -> Path:

@@ -36,6 +36,7 @@ def vllm_capacity(log: str) -> dict[str, Any] | None:
         tokens = {k: b * (int(size.group(1)) if size else 16) for k, b in blocks.items()}
         source = "vllm log (GPU blocks x block size)"
     mem = per_tag(_GPU_MEM, log, core) or per_tag(_CPU_MEM, log, core)
+    explicit = re.search(r"Explicitly set \([\d.]+/[\d.]+\) GiB for KV cache", log) is not None
     conc = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log)
     dtype = re.search(r"kv_cache_dtype=(\w+)", log)
     return {
@@ -47,4 +48,5 @@ def vllm_capacity(log: str) -> dict[str, Any] | None:
         "max_concurrency": float(conc.group(2)) if conc else None,
         "max_concurrency_at_tokens": int(number(conc.group(1))) if conc else None,
         "pool_sized_by_memory": True,
+        "pool_memory": "explicit (VLLM_CPU_KVCACHE_SPACE)" if explicit else "free memory",
     }
