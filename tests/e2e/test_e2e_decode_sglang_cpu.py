@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import pytest
 
-from evalgate.cli import main
 from evalgate.config import SGLangConfig
 from evalgate.engines import ServerHandle
 from evalgate.engines.api import Decoded, Position
@@ -31,7 +30,7 @@ from evalgate.engines.sglang._decode import decode_payload, read_decoded
 from evalgate.variants import parse_variant
 from tests.conftest import needs_models
 from tests.e2e.test_e2e_sglang_cpu import needs_sglang_cpu
-from tests.helpers.decode_proxy import decode_proxy
+from tests.helpers.decode_proxy import assert_decode_block, compare_through_proxy, decode_proxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sglang_cpu, needs_models, needs_sglang_cpu]
 
@@ -164,18 +163,10 @@ def test_a_decode_only_fault_blocks_the_attached_pair_and_names_where_it_starts(
     start = time.monotonic()
     for arm in ("BASELINE", "CANDIDATE"):
         monkeypatch.setenv(f"EVALGATE_{arm}_API_KEY", handle.api_key)
-    run = tmp_path / "run"
-    with decode_proxy(handle.base_url, from_position=64) as proxy:
-        code = main(["compare", "--baseline-url", handle.base_url, "--candidate-url", proxy.url,
-                     "--same-server-ok", "--suites", "drift", "--limit", "6", "--suite-opt",
-                     "drift.decode_tokens=96", "--data-dir", str(data_dir), "--out", str(run)])  # fmt: skip
-    verdict = json.loads((run / "verdict.json").read_text())
-    rows = [r for r in verdict["drift"][0]["rows"] if r["pair"] == "candidate"]
-    prefill = next(r for r in rows if r["path"] == "prefill" and r["measure"] == "kld")
-    assert prefill["status"] != "block" and prefill["estimate"] < 1e-4, prefill
-    blocked = [r for r in rows if r["status"] == "block"]
-    assert code == 1 and blocked and all(r["path"] == "decode" for r in blocked), rows
-    assert "decode-path mean KL" in verdict["reason"] and "starts at positions 64-255" in verdict["reason"]
+    code, verdict = compare_through_proxy(
+        handle, data_dir, tmp_path / "run", from_position=64, decode_tokens=96, limit=6
+    )
+    rows = assert_decode_block(code, verdict, onset="64-255")
     early = next(r for r in rows if r["path"] == "decode" and r["span"] == "0-63")
     assert early["estimate"] < 1e-4, early
     print(f"decode-only fault through compare on real SGLang: {time.monotonic() - start:.1f} s")

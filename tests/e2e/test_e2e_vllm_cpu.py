@@ -125,22 +125,14 @@ def test_a_decode_only_fault_on_an_attached_vllm_blocks_and_names_where_it_start
     from evalgate.config import VLLMConfig
     from evalgate.engines.vllm import VLLMCPUEngine
     from evalgate.variants import parse_variant
-    from tests.helpers.decode_proxy import decode_proxy
+    from tests.helpers.decode_proxy import assert_decode_block, compare_through_proxy
 
     engine = VLLMCPUEngine(VLLMConfig(device="cpu", max_model_len=4096, ready_timeout_s=600))
     spec = engine.launch_spec(parse_variant("bf16"))
     with engine.launch(spec, name="baseline", log_dir=tmp_path / "logs") as handle:
         for arm in ("BASELINE", "CANDIDATE"):
             monkeypatch.setenv(f"EVALGATE_{arm}_API_KEY", handle.api_key)
-        run = tmp_path / "run"
-        with decode_proxy(handle.base_url, from_position=3) as proxy:
-            code = main(["compare", "--baseline-url", handle.base_url, "--candidate-url", proxy.url,
-                         "--same-server-ok", "--suites", "drift", "--limit", "5", "--suite-opt",
-                         "drift.decode_tokens=16", "--data-dir", str(data_dir), "--out", str(run)])  # fmt: skip
-    verdict = json.loads((run / "verdict.json").read_text(encoding="utf-8"))
-    rows = [r for r in verdict["drift"][0]["rows"] if r["pair"] == "candidate"]
-    prefill = next(r for r in rows if r["path"] == "prefill" and r["measure"] == "kld")
-    assert prefill["status"] != "block" and prefill["estimate"] < 1e-4, prefill
-    blocked = [r for r in rows if r["status"] == "block"]
-    assert code == 1 and blocked and all(r["path"] == "decode" for r in blocked), rows
-    assert "decode-path mean KL" in verdict["reason"] and "starts at positions 0-63" in verdict["reason"]
+        code, verdict = compare_through_proxy(
+            handle, data_dir, tmp_path / "run", from_position=3, decode_tokens=16, limit=5
+        )
+    assert_decode_block(code, verdict, onset="0-63")

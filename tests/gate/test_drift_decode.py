@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -16,19 +15,7 @@ from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy, decide
 from evalgate.store.drift_records import response_problem
 from evalgate.store.records import Pair, Record, read_records
-
-VOCAB = 64
-K = 20
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max()
-    return x - math.log(float(np.exp(x).sum()))
-
-
-def _top(logp: np.ndarray) -> list[list[float]]:
-    order = np.argsort(-logp, kind="stable")[:K]
-    return [[int(t), float(logp[t])] for t in order]
+from tests.gate.test_drift import VOCAB, _log_softmax, _top
 
 
 def _positions(rng: np.random.Generator, n: int, *, drift_from: int | None, sharpen: float):

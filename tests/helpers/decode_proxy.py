@@ -32,6 +32,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -201,3 +202,30 @@ def decode_proxy(upstream: str, *, from_position: int, shift: float = 0.5) -> It
         yield proxy
     finally:
         apps.close()
+
+
+def compare_through_proxy(
+    handle: Any, data_dir: Path, run: Path, *, from_position: int, decode_tokens: int, limit: int
+) -> tuple[int, dict[str, Any]]:
+    """``evalgate compare`` with the baseline attached to ``handle``'s server and the candidate to
+    the same server behind the proxy (a decode-only fault from ``from_position``), drift only:
+    (exit code, verdict.json). The arms' keys come from the environment (EVALGATE_*_API_KEY)."""
+    from evalgate.cli import main
+
+    with decode_proxy(handle.base_url, from_position=from_position) as proxy:
+        code = main(["compare", "--baseline-url", handle.base_url, "--candidate-url", proxy.url,
+                     "--same-server-ok", "--suites", "drift", "--limit", str(limit), "--suite-opt",
+                     f"drift.decode_tokens={decode_tokens}", "--data-dir", str(data_dir), "--out", str(run)])  # fmt: skip
+    return code, json.loads((run / "verdict.json").read_text(encoding="utf-8"))
+
+
+def assert_decode_block(code: int, verdict: dict[str, Any], *, onset: str) -> list[dict[str, Any]]:
+    """The verdict of a decode-only fault: BLOCK on decode rows only, the prefill row's KL about 0,
+    the reason naming the decode path and the bucket ``onset``; returns the candidate's rows."""
+    rows = [r for r in verdict["drift"][0]["rows"] if r["pair"] == "candidate"]
+    prefill = next(r for r in rows if r["path"] == "prefill" and r["measure"] == "kld")
+    assert prefill["status"] != "block" and prefill["estimate"] < 1e-4, prefill
+    blocked = [r for r in rows if r["status"] == "block"]
+    assert code == 1 and blocked and all(r["path"] == "decode" for r in blocked), rows
+    assert "decode-path mean KL" in verdict["reason"] and f"starts at positions {onset}" in verdict["reason"]
+    return rows
