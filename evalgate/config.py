@@ -19,10 +19,6 @@ Example::
     tries = 2
     deadline_s = 7200     # the whole run (unset: none)
 
-    [gate]                # what gates (flags: --advisory, --require-power)
-    advisory = ["mmlu"]   # tested and shown, never gating (outside the Holm family)
-    require_power = true  # a PASS with an UNDERPOWERED blocking row is INCONCLUSIVE (exit 4)
-
 The flags of ``evalgate compare`` are fields of ``evalgate.request.CompareRequest``, not of this
 file. A suite option given with ``--suite-opt SUITE.KEY=VALUE`` wins over its table here. A
 ``[suites.<name>]`` table applies when the run includes that suite under that name: ``--suites gsm8k
@@ -54,7 +50,6 @@ __all__ = [
     "MAX_TRIES",
     "ClientConfig",
     "EvalgateConfig",
-    "GateConfig",
     "load_config",
     "path_kind",
     "read_text",
@@ -294,20 +289,6 @@ class GatewayConfig(BaseModel):
     allow_workers: list[str] = Field([], description="Hosts (host, or host:port) besides an attached gateway's own that the workers it lists may be on; a worker elsewhere is refused before evalgate connects (its API key goes to each).")  # fmt: skip
 
 
-class GateConfig(BaseModel):
-    """``[gate]``: what gates a run; ``evalgate compare``'s flags of the same name win."""
-
-    model_config = _STRICT
-    advisory: list[str] = Field(
-        [],
-        description="Suites tested and shown but never gating (--advisory); each must be one the run runs.",
-    )
-    require_power: bool = Field(
-        False,
-        description="A PASS with an UNDERPOWERED blocking row ends INCONCLUSIVE, exit 4 (--require-power).",
-    )
-
-
 class VariantConfig(BaseModel):
     """``[variants.<name>]``: a variant of your own, built on a built-in one (``evalgate.variants``)."""
 
@@ -328,7 +309,6 @@ class EvalgateConfig(BaseModel):
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     client: ClientConfig = Field(default_factory=ClientConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
-    gate: GateConfig = Field(default_factory=GateConfig)
     variants: dict[str, VariantConfig] = Field(default_factory=dict)
     suites: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per suite, its own options (checked by the suite)."

@@ -224,16 +224,8 @@ class CompareRequest(BaseModel):
         description="drift suites: the mean per-token KL (nats) and the perplexity ratio (1 + Y) a candidate "
         "may show; each is gated on its one-sided upper bound ([suites.drift] kld_budget, ppl_margin)",
     )
-    advisory: Annotated[tuple[str, ...], Flag(metavar="SUITE[,SUITE]", listed=",")] = Field(
-        (),
-        description="suites that are tested and shown but never gate: outside the Holm family (Holm among "
-        "themselves), a row that would block says so and the verdict stays PASS ([gate] advisory)",
-    )
-    require_power: bool = Field(
-        False,
-        description="a PASS with an UNDERPOWERED blocking row (accuracy or drift) ends INCONCLUSIVE, exit 4, "
-        "instead of PASS ([gate] require_power)",
-    )
+    advisory: Annotated[tuple[str, ...], Flag(metavar="SUITE[,SUITE]", listed=",")] = Field((), description="suites tested and shown but never gating, Holm-adjusted among themselves: a row that would block says so, the verdict stays PASS ([suites.<name>] tier = \"advisory\")")  # fmt: skip
+    require_power: bool = Field(False, description="a PASS with an UNDERPOWERED blocking row (accuracy or drift) ends INCONCLUSIVE, exit 4")  # fmt: skip
     with_throughput: bool = Field(
         False,
         description="also load-sweep each arm after its suites: output tok/s, TTFT, ITL per concurrency and "

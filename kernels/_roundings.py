@@ -90,6 +90,6 @@ def format_roundings(rows: tuple[RoundingRow, ...]) -> list[str]:
     lines.append(
         "toward zero, the error of round-to-nearest times: "
         + "; ".join(f"{text} ({d} K/V)" for d, text in by_data.items() if text)
-        + " (reference against float32, not gated; vLLM's CPU backend truncates)"
+        + ". The reference against float32, not gated; vLLM's CPU backend truncates."
     )
     return lines

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from evalgate.cli._dry_run import dry_run
 from evalgate.cli._flags import add_model_flags, flag_name, typed_values
-from evalgate.config import GateConfig, load_config
+from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError
 from evalgate.gate.kernel_check import kernel_check_for, kernel_failures
 from evalgate.lmeval.samples import import_samples
@@ -72,24 +72,21 @@ def _resume_dir(value: Path) -> Path:
 
 
 def request_from_args(
-    args: argparse.Namespace,
-    suite_config: Mapping[str, Mapping[str, Any]] | None = None,
-    gate: GateConfig | None = None,
+    args: argparse.Namespace, suite_config: Mapping[str, Mapping[str, Any]] | None = None
 ) -> CompareRequest:
     """Typed flags, else the resumed run's recorded request, else the defaults. A suite's options
     are its ``[suites.<name>]`` table in evalgate.toml (``suite_config``) under its --suite-opt;
-    ``[gate]`` (``gate``) gives --advisory and --require-power where they are not typed; a resumed
-    run keeps the options it recorded."""
+    their ``tier = "advisory"`` adds the suite to --advisory (the gate's, not the suite's, option);
+    a resumed run keeps the options it recorded."""
     typed = typed_values(args, CompareRequest, skip=("resume",))
     if args.resume is None:
         suites = typed.get("suites", CompareRequest.model_fields["suites"].default)
         options = suite_tables(suite_config or {}, suites, chat=bool(typed.get("chat")))  # as run
         for name, table in typed.get("suite_options", {}).items():
             options[name] = {**options.get(name, {}), **table}
-        if gate is not None and gate.advisory and "advisory" not in typed:
-            typed["advisory"] = tuple(gate.advisory)
-        if gate is not None and gate.require_power and "require_power" not in typed:
-            typed["require_power"] = True
+        tiered = _tiers(options)
+        if tiered and "advisory" not in typed:  # the flag, when typed, wins over the tables
+            typed["advisory"] = tiered
         if typed.get("advisory") and not (typed.get("baseline_samples") or typed.get("candidate_samples")):
             typed["advisory"] = _advisory(typed["advisory"], suites, chat=bool(typed.get("chat")))
         return _request({**typed, "suite_options": options})
@@ -119,8 +116,24 @@ def request_from_args(
 _URL_FIELDS = ("baseline_url", "candidate_url")
 
 
+def _tiers(options: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The suites whose table (or --suite-opt) says ``tier = "advisory"``; ``tier`` is taken out."""
+    out = []
+    for name, table in list(options.items()):
+        if "tier" in table and len(table) == 1:
+            del options[name]  # a table that held only the tier leaves no suite option
+        tier = table.pop("tier", "blocking")
+        if tier not in ("blocking", "advisory"):
+            raise ConfigError(
+                f"[suites.{name}] tier = {tier!r}: not blocking or advisory",
+                fix='tier = "advisory" (tested and shown, never gating) or "blocking" (the default)',
+            )
+        out += [name] if tier == "advisory" else []
+    return tuple(out)
+
+
 def _advisory(names: Sequence[str], suites: Sequence[str], *, chat: bool) -> tuple[str, ...]:
-    """--advisory / [gate] advisory, by the names the suites run under (--chat: gsm8k is gsm8k_chat);
+    """--advisory / [suites.<name>] tier, by the names the suites run under (--chat: gsm8k is gsm8k_chat);
     each must be a suite of the run, and one suite at least must stay blocking (exit 2)."""
     runs = chat_variants(suites) if chat else tuple(suites)
     as_run = dict(zip(suites, runs, strict=True))
@@ -129,7 +142,7 @@ def _advisory(names: Sequence[str], suites: Sequence[str], *, chat: bool) -> tup
     if unknown:
         raise ConfigError(
             f"--advisory {','.join(unknown)}: not a suite of this run ({','.join(suites)})",
-            fix="name suites given to --suites (or [gate] advisory in evalgate.toml)",
+            fix="name suites given to --suites (or set tier in their [suites.<name>] table)",
         )
     if set(out) >= set(runs):
         raise ConfigError(
@@ -181,7 +194,7 @@ def _show(value: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     console = Console(width=None if Console().is_terminal else 120)
     cfg = load_config(args.config)
-    req = request_from_args(args, cfg.suites, cfg.gate)
+    req = request_from_args(args, cfg.suites)
     check_request(req)  # every value, before any item is loaded or server started
     if req.baseline_samples or req.candidate_samples:  # lm-eval runs that already happened
         return _imported(args, req, console)

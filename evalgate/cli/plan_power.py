@@ -127,6 +127,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--flip-rate {args.flip_rate} is not a rate", fix="e.g. --flip-rate 0.05")
     reg, options = default_registry(), SuiteOptions(data_dir=args.data_dir)
     names = [s.strip() for s in args.suites.split(",") if s.strip()]
+    if not names:
+        raise ConfigError(
+            f"--suites {args.suites!r} names no suite", fix="pass suite names, e.g. --suites arc_easy,gsm8k"
+        )
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        raise ConfigError(
+            f"--data-dir {args.data_dir} is not a folder",
+            fix="give the folder that holds the benchmark data, or drop --data-dir (sizes unknown)",
+        )
     suites: dict[str, tuple[str, int | None]] = {}
     for name in names:  # a drift suite counts in the family (its budget rows) but has no row here
         suite = reg.get(name)
@@ -137,6 +146,12 @@ def run(args: argparse.Namespace) -> int:
             except Exception:  # no data at hand: the plan still says how many items are needed
                 size = None
         suites[name] = ("drift" if suite.metric_kind == "drift" else suite.kind, size)
+    if all(kind == "drift" for kind, _ in suites.values()):
+        raise ConfigError(
+            f"--suites {','.join(names)}: a drift suite has no accuracy row to plan (its budget rows are "
+            "bootstrapped over documents)",
+            fix="name an accuracy suite beside it, e.g. --suites gsm8k,drift",
+        )
     tests, rows = plan_power(
         suites, mde=mde, flip_rates=_rates(args.from_dir, names, args.flip_rate), alpha=args.alpha,
         power=args.power, policy=args.policy, agreement_gate=args.agreement_gate,

@@ -111,7 +111,8 @@ def parsing(server: str, what: str) -> Iterator[None]:
     """Reading ``what`` from an answer: a field missing or of the wrong type is an InvalidResponse."""
     try:
         yield
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        # OverflowError: int() of an infinite count (``cached_tokens: Infinity``)
         raise invalid(server, f"answered {what} in an unexpected shape ({type(exc).__name__})") from exc
 
 

@@ -11,6 +11,7 @@ from pydantic import dataclasses as pyd
 
 from evalgate.gate._flip_drift import FlipDrift
 from evalgate.gate._lengths import SuiteLengths
+from evalgate.gate._output_lengths import OutputLengths
 from evalgate.gate.agreement import AgreementRow
 from evalgate.gate.answers import SuiteAnswers
 from evalgate.gate.drift import SuiteDrift
@@ -86,6 +87,9 @@ class Verdict:
     answers: list[SuiteAnswers] = field(default_factory=list)
     """Generation suites: pass@1 (avg of k), pass@k, majority@k, no-answer and truncated rates per
     arm (answers.py); written only when there is one."""
+    output_lengths: list[OutputLengths] = field(default_factory=list)
+    """Generation suites by their answers' length: paired counts per completion-length bucket and
+    the trend test, shown, not gated (gate/_output_lengths.py); written only when there is one."""
     drift: list[SuiteDrift] = field(default_factory=list)
     """Drift suites (metric_kind drift): the KL and perplexity-ratio budget rows, per-token KL
     quantiles and the KL by position (gate/drift.py); written only when there is one."""
@@ -109,7 +113,7 @@ class Verdict:
             data.pop("lengths")
         if not data["answers"]:  # no generation suite: written as before
             data.pop("answers")
-        for key in ("drift", "flip_drift"):  # none: written as before
+        for key in ("drift", "flip_drift", "output_lengths"):  # none: written as before
             if not data[key]:
                 data.pop(key)
         return {"schema": data.pop("schema"), **data}

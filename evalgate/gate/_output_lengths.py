@@ -88,7 +88,9 @@ def suite_output_lengths(suite: str, metric: str, pairs: Sequence[Pair]) -> Outp
         )  # fmt: skip
     flipping = [r for r in out.rows if r.n10 + r.n01]
     if len(flipping) >= 2:
-        out.trend_p = float(stats.discordant_trend([r.n10 for r in out.rows], [r.n01 for r in out.rows]).pvalue)
+        out.trend_p = float(
+            stats.discordant_trend([r.n10 for r in out.rows], [r.n01 for r in out.rows]).pvalue
+        )
     longest = out.rows[-1]
     out.note = (
         f"by the baseline's completion length; the trend test is shown, not gated (unadjusted p); "

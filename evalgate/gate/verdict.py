@@ -11,6 +11,7 @@ from typing import Any
 from evalgate.errors import EvalgateError
 from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
 from evalgate.gate._flip_drift import flip_drift
+from evalgate.gate._output_lengths import output_lengths_for
 from evalgate.gate.agreement import no_answer
 from evalgate.gate.answers import answers_for
 from evalgate.gate.kernel_check import kernel_failures
@@ -186,6 +187,11 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     generation = [s for s, meta in m.suites.items() if meta.kind != "loglikelihood"]
     first = {s: meta.metrics[0] for s, meta in m.suites.items()}
     verdict.answers = answers_for(run.pairs, first, generation, k)
+    if k <= 1:  # by output length: one answer per item and arm (a graded mean has no single length)
+        binary = [s for s in generation if m.suites[s].metric_kind == "binary"]
+        verdict.output_lengths = output_lengths_for(
+            {s: (m.suites[s].metrics, run.pairs[s]) for s in binary}, binary
+        )
     verdict.flip_drift = [
         fd
         for s, meta in m.suites.items()

@@ -41,6 +41,20 @@ ROLLING_UNITS = {"word_perplexity": "words", "byte_perplexity": "bytes", "bits_p
 """lm-eval's rolling metrics (lm_eval/api/metrics.py, output_type loglikelihood_rolling) -> the
 unit their pair counts: the same loglik over words or over UTF-8 bytes."""
 _UNIT_ORDER = ("words", "bytes")
+MAX_METRIC = 1e12
+"""The largest magnitude a per-document metric may have: lm-eval's are scores, shares and
+log-likelihoods of one document; ``1e308`` is no score, and the gate's sums would overflow."""
+MAX_COUNT = 1 << 32
+"""The most words or bytes one document may count (4 GiB of text; the samples file that logs it is
+at most ``MAX_SAMPLES_BYTES``)."""
+MAX_NATS_PER_UNIT = 500.0
+"""The most nats one document may lose per word or byte on average. A language model's token
+logprob bottoms out near -104 (float32's smallest probability) and real logit ranges keep it far
+above that; a word is a few tokens. 500 leaves a wide margin and keeps exp(nats per unit), the
+perplexity lm-eval reports, inside float range; past it the loglik is no model's (``-1e7`` over a
+short document, ``-1e300``) and is refused, never averaged into a ratio or overflowed."""
+LL_TOLERANCE = 1e-3
+"""How far above 0 a log-likelihood may round (float32 sums); more is no log-probability."""
 BINARY_METRICS = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
 """lm-eval metrics that are 0 or 1 per document (right or wrong: lm_eval/api/metrics.py and the
 tasks' process_results); any other value in a samples file is not a score, and is refused."""
@@ -123,8 +137,8 @@ def suite_records(out: LmEvalOutput, *, label: str) -> dict[str, ImportedSuite]:
                 task, ImportedSuite(task, out.version(task), [], "loglikelihood" if mc else "generate")
             )
         suite.tasks.append(task)
-        for row in rows:
-            _add(suite, row, task=task, known=k, label=f"{label}: {out.files.get(task, task)}")
+        for i, row in enumerate(rows):
+            _add(suite, row, task=task, known=k, label=f"{label}: {out.at(task, i)}")
     for suite in suites.values():
         if not suite.metrics:
             seen: dict[str, None] = {}
@@ -144,11 +158,21 @@ def _add(
 ) -> None:
     doc_id = int(row["doc_id"])
     doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
-    item_id = str(known[0].item_key(known[1], doc, doc_id)) if known else str(doc_id)
+    fix = "give the samples file lm-eval wrote, unedited"
+    try:
+        item_id = str(known[0].item_key(known[1], doc, doc_id)) if known else str(doc_id)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{label}: {task} doc_id {doc_id}: its doc has no usable {exc} field, which {known[0].name if known else task} "
+            "names its items by",
+            fix=fix,
+        ) from None
     filt = str(row.get("filter", "none"))
     item = suite.items.get(item_id)
     if item is None:
         mc = suite.kind == "loglikelihood"
+        if mc:
+            _check_choices(row.get("resps"), f"{label}: {task} doc_id {doc_id}")
         item = suite.items[item_id] = {
             "task": task,
             "doc_id": doc_id,
@@ -168,6 +192,18 @@ def _add(
     for name in names:
         value = _number(row.get(name))
         key = _metric_key(name, filt)
+        if isinstance(row.get(name), str):
+            raise ConfigError(
+                f"{label}: {task} doc_id {doc_id}: {key} = {row.get(name)!r} is a string, not a number "
+                "(lm-eval logs each metric's value as a JSON number)",
+                fix=fix,
+            )
+        if value is not None and math.isfinite(value) and abs(value) > MAX_METRIC:
+            raise ConfigError(
+                f"{label}: {task} doc_id {doc_id}: {key} = {value:g} is no per-document score "
+                f"(beyond +-{MAX_METRIC:g})",
+                fix=fix,
+            )
         if name in BINARY_METRICS and value is not None and math.isfinite(value) and value not in (0.0, 1.0):
             raise ConfigError(
                 f"{label}: {task} doc_id {doc_id}: {key} = {row.get(name)!r}, but {name} is 0 or 1 per "
@@ -179,11 +215,23 @@ def _add(
         item["metrics"][key] = value
     filtered = row.get("filtered_resps")
     if suite.kind == "loglikelihood":
+        _check_choices(filtered, f"{label}: {task} doc_id {doc_id}")
         pairs = _choice_pairs(filtered) or item["response"]
         if pairs:
             item["extracted"] = {"pred": max(range(len(pairs)), key=lambda i: pairs[i][0])}
     else:
         item["extracted"][filt] = _first_text(filtered)
+
+
+def _check_choices(resps: Any, where: str) -> None:
+    """A multiple-choice sample's choice log-likelihoods are finite and <= 0 (``LL_TOLERANCE``):
+    a NaN or a +5 is no log-probability, and the KL and top-1 rows would be computed from it."""
+    for i, (ll, _) in enumerate(_choice_pairs(resps) or []):
+        if not math.isfinite(ll) or ll > LL_TOLERANCE:
+            raise ConfigError(
+                f"{where}: choice {i} has a log-likelihood of {ll!r}, not a finite number <= 0",
+                fix="give the samples file lm-eval wrote, unedited",
+            )
 
 
 def _has_pair(row: dict[str, Any]) -> bool:
@@ -201,6 +249,68 @@ def _pair(value: Any) -> tuple[float, float] | None:
     return None if ll is None or count is None else (ll, count)
 
 
+def _document(row: dict[str, Any], where: str, skipped: set[str]) -> dict[str, float]:
+    """One perplexity document's ``{"loglik", "words", "bytes"}``, each value checked: a finite
+    loglik <= 0 within ``MAX_NATS_PER_UNIT`` of its counts, whole counts > 0 up to ``MAX_COUNT``,
+    one loglik and one count per unit across its metrics, no more words than bytes."""
+    fix = "give the samples file lm-eval wrote for this task, unedited"
+    values: dict[str, float] = {}
+    for name in row.get("metrics") or []:
+        unit = ROLLING_UNITS.get(name)
+        raw = row.get(name)
+        if unit is None and not isinstance(raw, list):
+            skipped.add(name)  # a scalar beside the pairs (a custom task's extra metric)
+            continue
+        pair = _pair(raw)
+        if unit is None or pair is None:
+            what = (
+                f"{name} = {raw!r} is not a [loglik, count] pair"
+                if pair is None
+                else (
+                    f"{name} is a [loglik, count] pair of no known unit "
+                    f"(evalgate reads {', '.join(ROLLING_UNITS)})"
+                )
+            )
+            raise ConfigError(f"{where}: {what}", fix=fix)
+        ll, count = pair
+        if not math.isfinite(ll):
+            raise ConfigError(f"{where}: {name} has a non-finite loglik ({ll})", fix=fix)
+        if not math.isfinite(count) or count <= 0:
+            raise ConfigError(f"{where}: {name} counts {count} {unit}; a count must be > 0", fix=fix)
+        if count != int(count) or count > MAX_COUNT:
+            raise ConfigError(
+                f"{where}: {name} counts {count:g} {unit}: not a whole number of {unit} up to "
+                f"{MAX_COUNT:g} (one document's)",
+                fix=fix,
+            )
+        if ll > LL_TOLERANCE:
+            raise ConfigError(
+                f"{where}: {name} has a positive loglik ({ll:g}): a log-likelihood is <= 0", fix=fix
+            )
+        if -ll > MAX_NATS_PER_UNIT * count:
+            raise ConfigError(
+                f"{where}: {name} has a loglik of {ll:g} over {count:g} {unit}: beyond what any "
+                f"model's log-probabilities can sum to ({MAX_NATS_PER_UNIT:g} nats per {unit[:-1]})",
+                fix=fix,
+            )
+        for key, v in (("loglik", ll), (unit, count)):
+            if key in values and values[key] != v:
+                raise ConfigError(
+                    f"{where}: {name} has {key} {v} where another metric of the document has "
+                    f"{values[key]} (one document has one {key})",
+                    fix=fix,
+                )
+            values[key] = v
+    if "loglik" not in values:
+        raise ConfigError(f"{where}: no [loglik, count] metric in {row.get('metrics')!r}", fix=fix)
+    if "words" in values and "bytes" in values and values["words"] > values["bytes"] + 1:
+        raise ConfigError(
+            f"{where}: {values['words']:g} words in {values['bytes']:g} bytes: a word is at least a byte",
+            fix=fix,
+        )
+    return values
+
+
 def _rolling_suite(out: LmEvalOutput, task: str, rows: list[dict[str, Any]], *, label: str) -> ImportedSuite:
     """A perplexity task as a drift suite: per document its loglik and the counts it is divided by.
 
@@ -210,43 +320,14 @@ def _rolling_suite(out: LmEvalOutput, task: str, rows: list[dict[str, Any]], *, 
     suite = ImportedSuite(task, out.version(task), [], "loglikelihood", metric_kind="drift")
     suite.tasks.append(task)
     skipped: set[str] = set()
-    for row in rows:
+    for i, row in enumerate(rows):
         doc_id = int(row["doc_id"])
         where = f"{label}: {task} doc_id {doc_id}"
         fix = "give the samples file lm-eval wrote for this task, unedited"
-        values: dict[str, float] = {}
-        for name in row.get("metrics") or []:
-            unit = ROLLING_UNITS.get(name)
-            raw = row.get(name)
-            if unit is None and not isinstance(raw, list):
-                skipped.add(name)  # a scalar beside the pairs (a custom task's extra metric)
-                continue
-            pair = _pair(raw)
-            if unit is None or pair is None:
-                what = (
-                    f"{name} = {raw!r} is not a [loglik, count] pair"
-                    if pair is None
-                    else (
-                        f"{name} is a [loglik, count] pair of no known unit "
-                        f"(evalgate reads {', '.join(ROLLING_UNITS)})"
-                    )
-                )
-                raise ConfigError(f"{where}: {what}", fix=fix)
-            ll, count = pair
-            if not math.isfinite(ll):
-                raise ConfigError(f"{where}: {name} has a non-finite loglik ({ll})", fix=fix)
-            if not math.isfinite(count) or count <= 0:
-                raise ConfigError(f"{where}: {name} counts {count} {unit}; a count must be > 0", fix=fix)
-            for key, v in (("loglik", ll), (unit, count)):
-                if key in values and values[key] != v:
-                    raise ConfigError(
-                        f"{where}: {name} has {key} {v} where another metric of the document has "
-                        f"{values[key]} (one document has one {key})",
-                        fix=fix,
-                    )
-                values[key] = v
-        if "loglik" not in values:
-            raise ConfigError(f"{where}: no [loglik, count] metric in {row.get('metrics')!r}", fix=fix)
+        try:
+            values = _document(row, where, skipped)
+        except ConfigError as exc:  # the file and row, after the document: what lm-eval would show
+            raise ConfigError(f"{exc.cause} (at {out.at(task, i)})", fix=exc.fix) from None
         item = suite.items.get(str(doc_id))
         if item is not None and (
             item["doc_hash"] != str(row.get("doc_hash", "")) or item["metrics"] != values
@@ -261,6 +342,7 @@ def _rolling_suite(out: LmEvalOutput, task: str, rows: list[dict[str, Any]], *, 
             "response": None,
             "extracted": {},
             "metrics": values,
+            "where": out.at(task, i),
         }
     units = {u for it in suite.items.values() for u in it["metrics"] if u != "loglik"}
     for it in suite.items.values():
@@ -271,6 +353,12 @@ def _rolling_suite(out: LmEvalOutput, task: str, rows: list[dict[str, Any]], *, 
                 fix="give the samples file lm-eval wrote for this task, unedited",
             )
     suite.metrics = ["loglik", *(u for u in _UNIT_ORDER if u in units)]
+    if suite.items and all(it["metrics"]["loglik"] == 0 for it in suite.items.values()):
+        raise ConfigError(
+            f"{label}: {task}: every document's loglik is 0 (perplexity 1) in {out.files.get(task, task)}: "
+            "no model scored these documents",
+            fix="give the samples file lm-eval wrote for this task, unedited",
+        )
     if skipped:
         out.notes.append(
             f"{label}: {task} is a perplexity task; its {', '.join(sorted(skipped))} not imported"

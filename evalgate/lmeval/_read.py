@@ -65,6 +65,14 @@ class LmEvalOutput:
     run: str | None = None
     """lm-eval's date of the run (None: the 0.4.0-0.4.2 layout, which has none)."""
     layout: str = LAYOUTS["jsonl"]
+    positions: dict[str, list[str]] = field(default_factory=dict)
+    """task -> per sample row, where its file holds it (``line n``): errors name the file and row."""
+
+    def at(self, task: str, index: int) -> str:
+        """The file and row of ``task``'s ``index``-th sample, as an error names it."""
+        rows = self.positions.get(task) or []
+        pos = rows[index] if index < len(rows) else f"row {index + 1}"
+        return f"{self.files.get(task, task)} {pos}"
 
     def task_config(self, task: str) -> dict[str, Any]:
         return _dict(_dict(_dict(self.results).get("configs")).get(task))
@@ -352,6 +360,7 @@ def read_lmeval(paths: Sequence[Path], *, label: str, run: str | None = None) ->
         filters = _filters(chosen.results, task)
         sf = SampleFile(path, task, filters, label=label)
         out.samples[task], out.files[task], out.digests[task] = sf.rows, path, sf.digest
+        out.positions[task] = sf.positions
         if sf.filters_by_order:
             out.notes.append(
                 f"{label}: {task}'s samples name no filter (lm-eval < 0.4.7): each document's rows "

@@ -149,6 +149,8 @@ class SampleFile:
         self.path = path
         self.digest = hashlib.sha256(data).hexdigest()
         self.rows: list[dict[str, Any]] = []
+        self.positions: list[str] = []
+        """Per row, where the file holds it (``line n`` or ``row n``), for errors naming the row."""
         self.filters_by_order = False
         """True when the rows named no filter and a document's k-th row was taken as filter k."""
         self.computed_hashes = False
@@ -217,3 +219,4 @@ def read_rows(
         if "prompt_hash" not in row and (ctx := _context(row.get("arguments"))) is not None:
             row["prompt_hash"] = _sha256(ctx)
         out.rows.append(row)
+        out.positions.append(pos)

@@ -79,10 +79,7 @@ def _own_lmeval_aggregates(
         if not own:
             continue
         found[name] = own
-        try:
-            mine = rolling_aggregates(it["metrics"] for it in suite.items.values())
-        except OverflowError:  # a perplexity past a float (logliks of -1e7 nats): infinite
-            mine = dict.fromkeys(own, math.inf)
+        mine = rolling_aggregates(it["metrics"] for it in suite.items.values())
         for m, v in own.items():
             if m in mine and not math.isclose(mine[m], v, rel_tol=1e-6):
                 out.notes.append(
@@ -176,6 +173,17 @@ def _check_items(name: str, b: ImportedSuite, c: ImportedSuite) -> None:
             fix="run lm-eval with the same --limit (or --samples) on both arms",
         )
     check_same_prompts(((i, b.items[i], c.items[i]) for i in sorted(b.items)), name)
+    if b.metric_kind == "drift" or c.metric_kind == "drift":
+        for i in sorted(b.items):
+            bm, cm = b.items[i]["metrics"], c.items[i]["metrics"]
+            for unit in ("words", "bytes"):
+                if unit in bm and unit in cm and bm[unit] != cm[unit]:
+                    raise ConfigError(
+                        f"{name}: doc_id {b.items[i]['doc_id']} counts {bm[unit]:g} {unit} on the baseline "
+                        f"({b.items[i].get('where')}) and {cm[unit]:g} on the candidate "
+                        f"({c.items[i].get('where')}): not the same document",
+                        fix="give the samples files lm-eval wrote for the same documents, unedited",
+                    )
 
 
 def _metric_kind(b: ImportedSuite, c: ImportedSuite) -> Literal["binary", "continuous", "drift"]:

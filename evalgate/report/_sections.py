@@ -12,7 +12,7 @@ from typing import Any
 from evalgate.gate import Verdict
 from evalgate.report import _format as fmt
 from evalgate.report import throughput_svg as tp
-from evalgate.report.answers import NOTE, answers_table
+from evalgate.report.answers import NOTE, OUTPUT_NOTE, answers_table, output_length_table
 from evalgate.store.manifest import Manifest
 
 __all__ = ["OPTIONAL_SECTIONS", "Section", "flatten", "optional_sections"]
@@ -22,6 +22,7 @@ OPTIONAL_SECTIONS: tuple[tuple[str, str], ...] = (
     ("aa", "A/A noise floor"),
     ("agreement", "Agreement between the arms"),
     ("answers", "Answers per arm"),
+    ("output_lengths", "Accuracy by output length"),
     ("kernel_check", "Kernel numerics check"),
     ("throughput", "Throughput"),
 )
@@ -60,6 +61,9 @@ def optional_sections(m: Manifest, verdict: Verdict) -> list[Section]:
             continue
         if key == "answers":  # generation suites per arm (report/answers.py)
             out.append(Section(key, title, *answers_table(value), note=NOTE))
+            continue
+        if key == "output_lengths":  # generation suites by their answers' length (report/answers.py)
+            out.append(Section(key, title, *output_length_table(value), note=OUTPUT_NOTE))
             continue
         if key == "throughput" and isinstance(value, dict) and "levels" in value:
             out += _throughput(value, title)

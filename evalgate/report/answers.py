@@ -12,7 +12,7 @@ from typing import Any
 
 from evalgate.report import _format as fmt
 
-__all__ = ["NOTE", "answers_table"]
+__all__ = ["NOTE", "OUTPUT_NOTE", "answers_table", "output_length_table"]
 
 NOTE = (
     "pass@1 (avg of k): the primary metric averaged over each item's k samples; no answer: empty, or "
@@ -50,4 +50,26 @@ def answers_table(answers: Sequence[dict[str, Any]]) -> tuple[list[str], list[li
             row += [_tokens(x.get("reasoning_mean"), x.get("reasoning_median"))] if reasoning else []
             row += [fmt.pct(float(a["identical"])) if arm == "candidate" else "—"]  # a property of the pair
             rows.append(row)
+    return headers, rows
+
+
+OUTPUT_NOTE = (
+    "Items bucketed by the baseline's completion length; n10 / n01: right on the baseline and wrong on "
+    "the candidate / the reverse. Trend p: the exact one-sided test that regressions make a growing "
+    "share of the flips as answers grow (a KV cache read back at every step compounds its error), "
+    "shown, not gated: unadjusted, outside the Holm family."
+)
+
+
+def output_length_table(sections: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) from verdict.json's ``output_lengths`` (the dict form every renderer reads)."""
+    headers = ["suite", "completion tokens", "n", "baseline", "candidate", "n10 / n01", "trend p"]
+    rows = []
+    for s in sections:
+        for i, r in enumerate(s["rows"]):
+            trend = s.get("trend_p")
+            rows.append([
+                fmt.clean(str(s["suite"])), str(r["span"]), str(r["n"]), _num(r["baseline"]), _num(r["candidate"]),
+                f"{r['n10']} / {r['n01']}", "—" if i or trend is None else f"{float(trend):.3g}",
+            ])  # fmt: skip
     return headers, rows

@@ -7,11 +7,12 @@ without the composite action. Everything goes through the runner's files and wor
 
 - ``$GITHUB_STEP_SUMMARY``: summary.md is appended (the verdict line, the suites table and, for a
   drift suite, its budget rows);
-- ``$GITHUB_OUTPUT``: ``verdict=PASS|BLOCK|ERROR``, ``report-dir=<absolute run folder>`` and
-  ``blocked=true|false``, where ``blocked`` is true for anything but PASS (fail safe: an ERROR
-  run blocks a rollout too; read ``verdict`` to tell the two apart);
+- ``$GITHUB_OUTPUT``: ``verdict=PASS|BLOCK|ERROR|INCONCLUSIVE``, ``report-dir=<absolute run
+  folder>`` and ``blocked=true|false``, where ``blocked`` is true for anything but PASS (fail safe:
+  an ERROR run, or an INCONCLUSIVE one under ``--require-power``, blocks a rollout too; read
+  ``verdict`` to tell them apart);
 - stdout: one ``::error`` annotation per blocking row of a BLOCK (accuracy, flip budget or drift
-  budget), one ``::error`` for an ERROR verdict, and a ``::warning`` per underpowered suite or
+  budget), one ``::error`` for an ERROR or INCONCLUSIVE verdict, and a ``::warning`` per underpowered suite or
   drift row (a PASS that could not have seen a small change) and for an unreliable run (the A/A
   pair itself differs).
 
@@ -65,6 +66,8 @@ def annotations(verdict: Verdict) -> list[str]:
     if verdict.verdict == "ERROR":
         return [_command("error", "evalgate ERROR", verdict.reason)]
     lines = []
+    if verdict.verdict == "INCONCLUSIVE":  # --require-power: the underpowered rows follow as warnings
+        lines.append(_command("error", "evalgate INCONCLUSIVE", verdict.reason))
     drift = [r for d in verdict.drift for r in d.rows if r.gated]
     if verdict.verdict == "BLOCK":
         blocking = [r for r in [*verdict.suites, *verdict.agreement] if r.status == "block"]

@@ -2,7 +2,7 @@
 (and one for a long-context suite's gated row, its longest length, and one per gated drift row:
 a drift budget on the mean KL or the perplexity ratio).
 
-A row that blocks is a <failure>; an UNDERPOWERED row passes with its reason in <system-out>; an ERROR verdict adds one <error> testcase named ``verdict``
+A row that blocks is a <failure>; an UNDERPOWERED row passes with its reason in <system-out>; an ERROR verdict adds one <error> testcase named ``verdict`` (an INCONCLUSIVE one, under --require-power, a <failure>)
 (there is no per-row answer when the run is incomplete). Output is deterministic: no timestamps
 beyond the manifest's, times from the recorded per-suite durations.
 """
@@ -86,6 +86,12 @@ def render_junit(view: RunView) -> str:
                 ET.SubElement(case, "failure", message=clean(d.reason), type="evalgate.block").text = summary
             else:
                 ET.SubElement(case, "system-out").text = f"{summary}\n{clean(d.reason)}"
+    if view.verdict == "INCONCLUSIVE":  # --require-power: a PASS too weak to ship on
+        failures += 1
+        case = ET.SubElement(suite_el, "testcase", classname="evalgate", name="verdict", time="0.00")
+        ET.SubElement(
+            case, "failure", message=clean(view.reason), type="evalgate.inconclusive"
+        ).text = view.reason
     if view.verdict == "ERROR":
         errors += 1
         case = ET.SubElement(suite_el, "testcase", classname="evalgate", name="verdict", time="0.00")

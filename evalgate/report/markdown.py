@@ -20,7 +20,7 @@ __all__ = ["LIMIT", "render_markdown"]
 
 LIMIT = 65_000
 """Bytes (so also characters): below GitHub's step-summary and comment limits."""
-_ICON = {"PASS": "✅", "BLOCK": "❌", "ERROR": "⚠️"}
+_ICON = {"PASS": "✅", "BLOCK": "❌", "ERROR": "⚠️", "INCONCLUSIVE": "❔"}
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _CELL = 60
 
@@ -109,7 +109,9 @@ def _head(v: RunView) -> list[str]:
         )
     out += [f"\n{_md(line)}\n" for line in v.not_judged]  # in full: never a cut sentence
     out += [_length_table(s) for s in v.lengths]
-    out += [_length_table(s) for s in v.sections if s.key == "answers"]  # per arm (report/answers.py)
+    out += [
+        _length_table(s) for s in v.sections if s.key in ("answers", "output_lengths")
+    ]  # report/answers.py
     out += [_drift_table(s) for s in v.drift]  # drift suites (report/_drift.py)
     out += [_length_table(s) for s in v.flip_drift]
     out += [_gateway(g) for g in v.gateways]  # arms of several workers (report/_gateway.py)

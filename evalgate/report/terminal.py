@@ -10,11 +10,11 @@ from evalgate.gate import Row, SuiteLengths, Verdict
 from evalgate.report._drift import PAIRS, drift_label, drift_value, flip_drift_tables, quantile_rows
 from evalgate.report._format import not_judged, show_bidi
 from evalgate.report._lengths import HEADERS, length_cells, trend_text
-from evalgate.report.answers import answers_table
+from evalgate.report.answers import answers_table, output_length_table
 
 __all__ = ["print_verdict"]
 
-_STYLE = {"PASS": "bold green", "BLOCK": "bold red", "ERROR": "bold yellow"}
+_STYLE = {"PASS": "bold green", "BLOCK": "bold red", "ERROR": "bold yellow", "INCONCLUSIVE": "bold yellow"}
 
 
 def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> None:
@@ -93,6 +93,14 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         for row in rows:
             answers.add_row(*map(escape, row))
         console.print(answers)
+    if verdict.output_lengths:  # generation suites by their answers' length (report/answers.py)
+        headers, rows = output_length_table(verdict.to_dict()["output_lengths"])
+        by_length = Table(title=None)
+        for col in headers:
+            by_length.add_column(col, justify="left" if col == "suite" else "right")
+        for row in rows:
+            by_length.add_row(*map(escape, row))
+        console.print(by_length)
     if verdict.aa:
         console.print("A/A noise floor: " + ", ".join(f"{r.suite} {r.flips:.1%} flips" for r in verdict.aa))
     # the reason and notes may quote a server ("[/bold]", a U+202E in an error body): text, never

@@ -251,6 +251,7 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
         allow_diff=req.allow_diff,
         same_server_ok=req.same_server_ok,
         worker_kld_tolerance=cfg.gateway.worker_kld_tolerance,
+        allow_workers=cfg.gateway.allow_workers,
     )
     return engine, True
 

@@ -446,3 +446,28 @@ def test_same_server_ok_lets_two_gateways_share_a_worker(
     base, cand = fleet.gateway([one.url]), fleet.gateway([one.url])
     code, printed, _ = run(base.url, cand.url, tmp_path, capsys, "--same-server-ok")
     assert code == 0, printed  # on purpose: an A/A check of the harness
+
+
+def test_the_allow_list_reaches_the_attached_engine_from_evalgate_toml() -> None:
+    """[gateway] allow_workers is what settle hands the attached engine (not only a constructor argument)."""
+    from evalgate.config import EvalgateConfig
+    from evalgate.request import CompareRequest
+    from evalgate.run.settle import _engine
+
+    cfg = EvalgateConfig.model_validate({"gateway": {"allow_workers": ["worker-a:8000"]}})
+    req = CompareRequest(baseline_url=["http://127.0.0.1:1"], candidate_url=["http://127.0.0.1:2"])
+    engine, attached = _engine(req, cfg)
+    assert attached and "worker-a" in repr(engine.allow_workers)  # type: ignore[attr-defined]
+
+
+def test_an_infinite_cached_token_count_is_an_invalid_answer_not_a_crash() -> None:
+    """#43: `cached_tokens: Infinity` reached int() and crashed through the catch-all (OverflowError)."""
+    from evalgate.engines._scoring import completion_observation
+    from evalgate.errors import InvalidResponse
+
+    data = {
+        "choices": [{"text": "x"}],
+        "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": float("inf")}},
+    }
+    with pytest.raises(InvalidResponse):
+        completion_observation(data, 0.1, "x")

@@ -105,10 +105,13 @@ def test_advisory_from_the_config_and_refused_names(
 ) -> None:
     use(FakeEngine(answer=lambda arm, prompt: "The answer is 42.", logprob=_longer_for_the_candidate))
     config = tmp_path / "evalgate.toml"
-    config.write_text('[gate]\nadvisory = ["arc_easy"]\n')
+    config.write_text('[suites.arc_easy]\ntier = "advisory"\n')
     out = tmp_path / "run"
     assert _compare(out, data_dir, "--config", str(config)) == 0
-    assert json.loads((out / "manifest.json").read_text())["request"]["advisory"] == ["arc_easy"]
+    request = json.loads((out / "manifest.json").read_text())["request"]
+    assert request["advisory"] == ["arc_easy"] and "arc_easy" not in request["suite_options"]
+    assert _compare(tmp_path / "z", data_dir, "--suite-opt", "gsm8k.tier=optional") == 2
+    assert "tier = 'optional': not blocking or advisory" in capsys.readouterr().err
     assert _compare(tmp_path / "x", data_dir, "--advisory", "mmlu") == 2
     assert "--advisory mmlu: not a suite of this run" in capsys.readouterr().err
     assert _compare(tmp_path / "y", data_dir, "--advisory", "gsm8k,arc_easy") == 2

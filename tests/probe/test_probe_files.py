@@ -116,3 +116,16 @@ def test_the_probes_rule_is_the_reports(text: str) -> None:
     """probe/report.py cannot import report/_format.py (a private module of another package), so
     it holds the same rule: this keeps the two from drifting apart."""
     assert shown(text) == clean(text)
+
+
+def test_an_out_that_is_a_file_is_exit_2_before_any_server(
+    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#43: `probe --out` naming a file was the catch-all exit 3; it is a usage error naming it."""
+    from evalgate.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    code = main(["probe", "warm-cold", "--engine", "llamacpp", "--out", str(afile), "--limit", "1",
+                 "--data-dir", str(data_dir)])  # fmt: skip
+    assert code == 2 and "not a folder" in capsys.readouterr().err and afile.read_text() == "mine\n"

@@ -1,7 +1,8 @@
 """Attach mode: servers that are already running, given as URLs per arm. Nothing is launched; each
 server's engine and settings are read back (``_fingerprint``, through each engine package's
 ``AttachDialect``), an arm's items are sharded across its URLs (``_sharded``), and two spellings of
-one server are told apart from two servers (``_urls``)."""
+one server are told apart from two servers (``_urls``). An arm that is one smg gateway is reached
+through it, and only the workers it lists on hosts the user allowed are contacted (``_allowed``)."""
 
 from evalgate.engines.attach._engine import AttachedHandle, ExternalEngine
 from evalgate.engines.attach._fingerprint import (
