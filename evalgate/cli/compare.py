@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from evalgate.cli._dry_run import dry_run
 from evalgate.cli._flags import add_model_flags, flag_name, typed_values
@@ -214,6 +215,12 @@ def _run(args: argparse.Namespace, plan: RunPlan, console: Console) -> int:
         f"run {plan.run_id}: {req.baseline} vs {req.candidate} on {plan.engine.name}, "
         f"suites {', '.join(s.name for s in plan.suites)} -> {plan.run_dir}"  # --chat: the chat variants
     )
+    for arm in ("baseline", "candidate"):  # what runs, not the variant's name (engine.describe)
+        launch = plan.manifest.launch.get(arm)
+        label = (
+            launch.label if launch is not None and launch.label else "not known (evalgate did not launch it)"
+        )
+        console.print(f"  {arm} {getattr(req, arm)}: {escape(label)}")
     # a resumed run keeps the check it ran or skipped (the manifest), else asks the request
     check = plan.manifest.kernel_check or kernel_check_for(
         plan.variants["candidate"], skip=req.skip_kernel_check

@@ -131,6 +131,22 @@ class GPUEngine(Engine):
             *self.command(spec, port=port, api_key=api_key),
         ]
 
+    def describe(self, spec: LaunchSpec) -> str | None:
+        """The weights' quantization method and the KV cache dtype the server is told to use
+        (what it actually ran is read back from its log: the manifest's ``server`` facts)."""
+        args = dict(spec.args)
+        method = args.get("--quantization")
+        weights = f"{method} weights" if method else "the checkpoint's own weights (no --quantization)"
+        kv = args.get("--kv-cache-dtype") or "the engine's default"
+        kv_name = {
+            "auto": "KV auto (the model's dtype, or FP8 where the checkpoint's quant config says so)",
+            "fp8_e4m3": "FP8 e4m3 KV",
+            "fp8_e5m2": "FP8 e5m2 KV",
+            "bfloat16": "BF16 KV",
+            "bf16": "BF16 KV",
+        }.get(kv, f"{kv} KV")
+        return f"{weights}, {kv_name}"
+
     def plan_notes(self, spec: LaunchSpec) -> list[str]:
         """The KV cache dtype and where an FP8 cache's scales come from."""
         args = dict(spec.args)

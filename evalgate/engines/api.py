@@ -249,6 +249,13 @@ class Engine(Protocol):
         the default names the engine and the spec's flags."""
         return [f"<{spec.engine}>", spec.model, *flags(spec.args)]
 
+    def describe(self, spec: LaunchSpec) -> str | None:
+        """What the arm's server computes in, named as it runs (weights and KV cache), not as the
+        variant is called: a reader of "bf16 vs fp8kv" on the CPU default must learn that the
+        weights are F16 expanded from Q4_1 and the cache llama.cpp's q8_0. None where the launch
+        settings do not tell (an attached server: evalgate launched nothing)."""
+        return None
+
     def plan_notes(self, spec: LaunchSpec) -> list[str]:
         """What this engine pins or decides for ``spec`` that a reader of the command should know
         (--dry-run): e.g. the KV dtype made explicit, or where the KV scales come from."""

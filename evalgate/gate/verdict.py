@@ -259,6 +259,7 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         verdict.reason = f"the candidate's kernels failed the numerics check: {', '.join(failed[:3])}"
     elif isinstance(m.kernel_check, dict) and m.kernel_check.get("skipped"):
         verdict.notes.append(f"kernel check skipped: {m.kernel_check['skipped']}")
+    verdict.notes += _baseline_precision(m)
     if m.request.allow_diff:
         verdict.notes.append("launch settings allowed to differ: " + ", ".join(m.request.allow_diff))
     truncated = _truncated(run)
@@ -272,6 +273,23 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         verdict.notes.append(f"generation capped at {cap} tokens on both arms")
     verdict.notes += _cut_by_the_cap(verdict, cap)
     return verdict
+
+
+FULL_PRECISION = ("F16 weights", "BF16 weights", "F32 weights", "the checkpoint's own weights")
+FULL_KV = ("F16 KV", "BF16 KV", "F32 KV", "KV auto")
+
+
+def _baseline_precision(m: Manifest) -> list[str]:
+    """The note a reader needs when the baseline is itself quantized (an FP8 or INT4 checkpoint, a
+    quantized KV cache): it is no full-precision reference, so "no change" is relative to it."""
+    launch = m.launch.get("baseline")
+    label = launch.label if launch is not None else None
+    if not label:
+        return []
+    weights, _, kv = label.partition(", ")
+    if weights.startswith(FULL_PRECISION) and kv.startswith(FULL_KV):
+        return []
+    return [f"baseline precision: {label}: not a full-precision reference"]
 
 
 TRUNCATION_NOTE = 0.05

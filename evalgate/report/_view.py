@@ -244,6 +244,10 @@ def _args(m: Manifest) -> list[ArgRow]:
 
 def _models(m: Manifest) -> list[ArgRow]:
     out = []
+    labels = [getattr(m.launch.get(arm), "label", None) for arm in ("baseline", "candidate")]
+    if any(labels):  # what each arm computes in, as its engine names it (not the variant's name)
+        b, c = (fmt.clean(x) if x else "not known" for x in labels)
+        out.append(ArgRow("numerics", b, c, b != c))
     for key, label in (("model", "model"), ("model_sha256", "sha256")):
         b = fmt.compact(getattr(m.launch.get("baseline"), key, None)) or "unknown"
         c = fmt.compact(getattr(m.launch.get("candidate"), key, None)) or "unknown"

@@ -211,6 +211,7 @@ def _manifest(
                 model_sha256=model_digest(s.model),
                 args=recorded_settings(s.args),  # a secret's digest, never its value
                 env=recorded_settings(s.env),
+                label=engine.describe(s),
             )
             for arm, s in specs.items()
         },

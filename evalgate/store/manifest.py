@@ -125,6 +125,7 @@ class LaunchInfo(_Part):
     model_sha256: str | None = None
     args: list[tuple[str, str | None]] = Field(default_factory=list, description="(flag, value or None).")
     env: list[tuple[str, str]] = Field(default_factory=list, description="Variables the variant sets.")
+    label: str | None = Field(None, description="What the arm computes in (weights, KV cache), named by its engine from the launch settings, not the variant's name; None: not known (attached, imported).")  # fmt: skip
 
 
 class SuiteInfo(_Part):

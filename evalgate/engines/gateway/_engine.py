@@ -173,6 +173,9 @@ class GatewayEngine(Engine):
         smg = gateway_command(program, urls, port=port, metrics_port=0, api_key=api_key, policy=self.policy)
         return [*worker, f"# x{self.workers} workers, then:", *smg]
 
+    def describe(self, spec: LaunchSpec) -> str | None:
+        return self.inner.describe(spec)
+
     def plan_notes(self, spec: LaunchSpec) -> list[str]:
         return [
             *self.inner.plan_notes(spec),

