@@ -95,3 +95,22 @@ def test_the_documents_are_gsm8k_train_never_the_test_split(data_dir: Path) -> N
     }
     assert not any(i.payload[0] in test for i in items)
     assert suite.metric_kind == "drift" and not suite.samples
+
+
+def test_a_decode_only_fault_blocks_the_whole_loop_on_the_decode_row(
+    tmp_path: Path, data_dir: Path, use: Any
+) -> None:
+    """#42: a candidate whose forced (prefill) positions are exact and whose greedy decoding drifts
+    from generated position 70 on: the drift suite alone BLOCKs through the whole gate, on the
+    decode path, naming the bucket where it starts; a resume and `report` reach the same verdict."""
+    from evalgate.engines.fake import decode_drift_from
+
+    use(FakeEngine(decode_drift=decode_drift_from("candidate", 70, 1.0)))
+    out = tmp_path / "run"
+    code = main(["compare", "--engine", "fake", "--suites", "drift", "--limit", "12", "--data-dir", str(data_dir),
+                 "--out", str(out), "--skip-kernel-check", "--suite-opt", "drift.decode_tokens=96"])  # fmt: skip
+    v = json.loads((out / "verdict.json").read_text())
+    rows = [r for r in v["drift"][0]["rows"] if r["pair"] == "candidate"]
+    assert code == 1 and all(r["status"] != "block" for r in rows if r["path"] == "prefill")
+    assert "decode-path mean KL" in v["reason"] and "starts at positions 64-255" in v["reason"]
+    assert main(["report", str(out)]) == 1
