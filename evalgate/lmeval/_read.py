@@ -36,7 +36,8 @@ from evalgate.redact import env_secrets, redact
 __all__ = ["LmEvalOutput", "read_lmeval"]
 
 _DATE = r"\d{4}-\d{2}-\d{2}T[\d\-.]+"
-_SAMPLES = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{_DATE})\.(?P<ext>jsonl|json)$")
+_SAMPLES = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{_DATE})\.(?P<ext>jsonl|json)(?:\.gz)?$")
+_READ = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 _DATED = re.compile(rf"^(?P<stem>.+)_(?P<date>{_DATE})\.json$")
 _MAX_FOLDERS = 10_000
 LAYOUTS = {
@@ -61,7 +62,7 @@ class LmEvalOutput:
     results_path: Path | None = None
     notes: list[str] = field(default_factory=list)
     digests: dict[str, str] = field(default_factory=dict)
-    """task -> sha256 of its samples file's bytes (two arms' identical files are one run twice)."""
+    """task -> sha256 of its samples by document (two arms' identical samples are one run twice)."""
     run: str | None = None
     """lm-eval's date of the run (None: the 0.4.0-0.4.2 layout, which has none)."""
     layout: str = LAYOUTS["jsonl"]
@@ -191,14 +192,14 @@ def _walk(root: Path) -> list[Path]:
                         raise ConfigError(f"{path} is a symlink loop", fix="remove the link") from None
             if e.is_dir():
                 stack.append(path)
-            elif e.name.endswith((".json", ".jsonl")):
+            elif e.name.endswith(_READ):
                 files.append(path)
     return files
 
 
 def _siblings(folder: Path) -> list[Path]:
     try:
-        return sorted(p for p in folder.iterdir() if p.name.endswith((".json", ".jsonl")))
+        return sorted(p for p in folder.iterdir() if p.name.endswith(_READ))
     except OSError as exc:
         raise ConfigError(
             f"cannot read {folder}: {exc.strerror or exc}", fix="check its permissions"
@@ -259,13 +260,14 @@ def _found(paths: Sequence[Path], label: str) -> list[_Run]:
             continue
         regular_size(p)
         runs = _runs_in(p.parent, _siblings(p.parent))
-        if _SAMPLES.match(p.name) or p.suffix == ".jsonl":
+        if _SAMPLES.match(p.name) or p.suffix in (".jsonl", ".gz"):  # a .gz is samples or nothing
             hit = next((r for r in runs if p.name in {f.name for f in r.samples.values()}), None)
             if hit is None:
                 raise ConfigError(
                     f"--{label}-samples {p}: not an lm-eval samples file (lm-eval >= 0.4.3 names them "
-                    "samples_<task>_<date>.jsonl; 0.4.0-0.4.2 wrote <model_args>_<task>.jsonl, read only "
-                    "with the results.json beside it that names its model_args and task)",
+                    "samples_<task>_<date>.jsonl, read gzipped as .jsonl.gz too; 0.4.0-0.4.2 wrote "
+                    "<model_args>_<task>.jsonl, read only uncompressed, with the results.json beside it "
+                    "that names its model_args and task)",
                     fix="give the files lm-eval wrote, with their results JSON beside them, unrenamed",
                 )
             mine = found.setdefault((hit.folder, hit.key), replace(hit, samples={}))

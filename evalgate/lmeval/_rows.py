@@ -27,6 +27,7 @@ import errno
 import hashlib
 import json
 import stat
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_RESULTS_BYTES",
     "MAX_SAMPLES_BYTES",
     "SampleFile",
+    "gunzipped",
     "read_bounded",
     "read_rows",
     "regular_size",
@@ -87,6 +89,26 @@ def read_bounded(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise ConfigError(f"{path} is larger than {limit >> 20} MiB", fix="give the file lm-eval wrote")
     return data
+
+
+def gunzipped(path: Path, data: bytes, limit: int = MAX_SAMPLES_BYTES) -> bytes:
+    """``data`` itself, or, where it is gzip (``samples_*.jsonl.gz``), its one member decompressed,
+    refused past ``limit`` like a plain file (a small bomb never fills the memory)."""
+    if data[:2] != b"\x1f\x8b":
+        return data
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflate.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise ConfigError(f"{path} is damaged gzip ({exc})", fix=_FIX) from None
+    if len(out) > limit:
+        raise ConfigError(
+            f"{path} decompresses to more than {limit >> 20} MiB", fix="give the file lm-eval wrote"
+        )
+    if not inflate.eof or inflate.unused_data:
+        why = "is cut short" if not inflate.eof else "holds several gzip members"
+        raise ConfigError(f"{path} {why}", fix=f"gunzip {path.name} and give the .jsonl lm-eval wrote")
+    return out
 
 
 def _text(path: Path, data: bytes) -> str:
@@ -145,9 +167,8 @@ class SampleFile:
     """One task's samples: its rows in the newest row shape, and what reading them found."""
 
     def __init__(self, path: Path, task: str, filters: list[str] | None, *, label: str) -> None:
-        data = read_bounded(path, MAX_SAMPLES_BYTES)
+        data = gunzipped(path, read_bounded(path, MAX_SAMPLES_BYTES))
         self.path = path
-        self.digest = hashlib.sha256(data).hexdigest()
         self.rows: list[dict[str, Any]] = []
         self.positions: list[str] = []
         """Per row, where the file holds it (``line n`` or ``row n``), for errors naming the row."""
@@ -156,6 +177,10 @@ class SampleFile:
         self.computed_hashes = False
         """True when doc_hash/prompt_hash were not logged (lm-eval 0.4.0-0.4.2) and were computed."""
         read_rows(self, _parse(path, _text(path, data)), task, filters, label=label)
+        by_doc = sorted(self.rows, key=lambda r: (r["doc_id"], str(r["filter"])))
+        self.digest = hashlib.sha256(json.dumps(by_doc, sort_keys=True, default=str).encode()).hexdigest()
+        """Of the rows by document (doc_id, filter), not the file's bytes: one run with its lines
+        reordered (or re-compressed) is still one run."""
 
 
 def read_rows(

@@ -20,6 +20,7 @@ evalgate's recomputation (``stats.rolling_aggregates``), and a disagreement is n
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
@@ -128,7 +129,8 @@ def _check_two_runs(base: LmEvalOutput, cand: LmEvalOutput, *, same_ok: bool) ->
     what = (
         f"both arms are the same samples files ({', '.join(str(base.files[t]) for t in same)})"
         if same
-        else f"the two arms' samples of {', '.join(identical)} are byte-identical (one run, twice)"
+        else f"the two arms' samples of {', '.join(identical)} are identical document by document "
+        "(byte-identical or reordered: one run, twice)"
     )
     if not same_ok:
         raise ConfigError(
@@ -139,6 +141,27 @@ def _check_two_runs(base: LmEvalOutput, cand: LmEvalOutput, *, same_ok: bool) ->
     cand.notes.append(
         f"candidate: A/A: {what}; --same-server-ok: this checks the harness and says nothing about a candidate"
     )
+
+
+def _tokenizer(out: LmEvalOutput) -> str | None:
+    """The tokenizer an arm's lm-eval ``model_args`` names (``tokenizer=``), None when it names none."""
+    cfg = (out.results or {}).get("config")
+    args = cfg.get("model_args") if isinstance(cfg, dict) else None
+    if isinstance(args, dict):
+        return str(args["tokenizer"]) if args.get("tokenizer") else None
+    m = re.search(r"(?:^|,)\s*tokenizer=([^,]+)", args) if isinstance(args, str) else None
+    return m.group(1).strip() if m else None
+
+
+def _note_tokenizers(base: LmEvalOutput, cand: LmEvalOutput) -> None:
+    """Arms whose model_args name different tokenizers score different token sequences: said."""
+    b, c = _tokenizer(base), _tokenizer(cand)
+    if b and c and b != c:
+        cand.notes.append(
+            f"candidate: the arms' model_args name different tokenizers (baseline {safe_model_args(b)}, "
+            f"candidate {safe_model_args(c)}): their prompts and log-likelihoods are not the same tokens, "
+            "so a difference may be the tokenizer's, not the numerics'"
+        )
 
 
 def _pair_suites(
@@ -236,9 +259,15 @@ def import_samples(req: CompareRequest, *, suites: tuple[str, ...] | None = None
             "server, engine or --resume",
             fix="drop --engine, the URLs and --resume (rerun the import instead: it is fast)",
         )
+    if req.aa:  # the A/A arm is the baseline launched again; an import launches nothing
+        raise ConfigError(
+            "--aa launches the baseline a second time as a noise floor, and an lm-eval import launches nothing",
+            fix="drop --aa (to calibrate, import two lm-eval runs of the baseline as the two arms)",
+        )
     base_out = read_lmeval(req.baseline_samples, label="baseline", run=req.baseline_run)
     cand_out = read_lmeval(req.candidate_samples, label="candidate", run=req.candidate_run)
     _check_two_runs(base_out, cand_out, same_ok=req.same_server_ok)
+    _note_tokenizers(base_out, cand_out)
     base, cand = suite_records(base_out, label="baseline"), suite_records(cand_out, label="candidate")
     names = _pair_suites(base, cand, suites)
     for name in names:
@@ -249,6 +278,12 @@ def import_samples(req: CompareRequest, *, suites: tuple[str, ...] | None = None
                 f"{', '.join(cand[name].metrics)})",
                 fix="run the same lm-eval task config on both arms",
             )
+    if req.drift_budget is not None and not any(_metric_kind(base[n], cand[n]) == "drift" for n in names):
+        raise ConfigError(
+            f"--drift-budget {req.drift_budget} sets a perplexity task's budgets, and these runs have none "
+            f"({', '.join(names)})",
+            fix="drop --drift-budget (it gates loglikelihood_rolling tasks such as wikitext)",
+        )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_id = f"{stamp}-{req.baseline}-vs-{req.candidate}-samples-{secrets.token_hex(2)}"
     run_dir = Path(req.out) if req.out else Path("reports") / run_id

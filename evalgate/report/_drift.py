@@ -54,14 +54,18 @@ FLIP_NOTE = (
     "0.5 means the distribution's drift does not tell the flipped items from the others, near 1 that it "
     "predicts them."
 )
-NOTE = (
+KL_NOTE = (
     "KL(baseline ‖ candidate) per scored token in nats, from each position's top-k lists (every listed "
     "token by its identity, a token missing from one list at most as likely as that list's last entry: a "
     "lower bound on the true KL); perplexity ratio = candidate over baseline. Prefill rows read prompt "
     "logprobs (the forward pass over freshly computed keys and values); decode rows read generated "
     "tokens, each step reading the KV cache back (llama.cpp's forced tokens, or both arms' greedy "
     "generations compared up to the first position where they part), per generated-token position "
-    "bucket too. The bounds are one-sided {level} paired-bootstrap bounds over documents: a row passes "
+    "bucket too. "
+)
+"""The KL part of a panel's note: only for a suite with a kld row (an imported perplexity task has none)."""
+NOTE = (
+    "{kl}The bounds are one-sided {level} paired-bootstrap bounds over documents: a row passes "
     "when its upper bound is below the budget, blocks when the drift is shown above it, and is "
     "UNDERPOWERED otherwise (more documents narrow the bounds)."
 )
@@ -167,7 +171,12 @@ def drift_panels(verdict: Verdict) -> list[DriftPanel]:
     for i, s in enumerate(verdict.drift):
         kld = next((r for r in s.rows if r.measure == "kld" and r.budget is not None), None)
         quantiles = quantile_rows(s)
-        note = NOTE.format(level=level) + (f" {s.note}." if s.note else "")
+        kl = (
+            KL_NOTE
+            if any(r.measure == "kld" for r in s.rows)
+            else "Perplexity ratio = candidate over baseline. "
+        )
+        note = NOTE.format(kl=kl, level=level) + (f" {s.note}." if s.note else "")
         out.append(
             DriftPanel(
                 key=f"drift-{i}",

@@ -88,10 +88,11 @@ def _head(v: RunView) -> list[str]:
         out.append("Launch settings that differ: " + ", ".join(items) + "\n\n")
     else:
         out.append("Launch settings that differ: none\n\n")
-    out.append(
-        "| suite | metric | n | baseline | candidate | delta | CI | p | p (Holm) | flips | n10 / n01 | MDE | status |\n"
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n"
-    )
+    if v.rows:  # a drift-only run has no accuracy rows: no empty table, as in the terminal
+        out.append(
+            "| suite | metric | n | baseline | candidate | delta | CI | p | p (Holm) | flips | n10 / n01 | MDE | status |\n"
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n"
+        )
     for r in v.rows:
         metric = f"**{_md(r.metric)}**" if r.primary else _md(r.metric)
         status = f"**{r.status.upper()}**" if r.status == "block" else r.status.upper()

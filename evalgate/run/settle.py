@@ -289,6 +289,12 @@ def _refuse_modes(req: CompareRequest, suites: list[Suite]) -> None:
             "repeat to repeat), or --aa (the A/A arm's flips become the reference)"
             + (", and drop --sequential" if req.sequential else ""),
         )
+    if req.drift_budget is not None and not any(s.metric_kind == "drift" for s in suites):
+        raise ConfigError(  # else the budget is recorded and gates nothing, said nowhere
+            f"--drift-budget {req.drift_budget} sets a drift suite's budgets, and this run has none "
+            f"({', '.join(s.name for s in suites)})",
+            fix="add drift to --suites, or drop --drift-budget",
+        )
     if req.sequential and req.policy == "non-inferiority":
         raise ConfigError(
             "--sequential tests for a difference or a regression, not non-inferiority",

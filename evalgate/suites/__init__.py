@@ -80,9 +80,10 @@ CHAT_VARIANTS: dict[str, str] = {
 """Suite -> its chat variant (``--chat``): the prompt through the server's chat template."""
 
 
-CHAT_NATIVE = ("tool_calls", "long_context", "drift", "private:")
+CHAT_NATIVE = ("tool_calls", "long_context", "private:")
 """Suites whose prompts go through the server's chat template already (``long_context`` unless its
-``chat`` option is off): ``--chat`` leaves them as they are."""
+``chat`` option is off): ``--chat`` leaves them as they are. drift is not one: it forces plain
+documents through no template, so ``--chat`` with it is refused rather than run as plain drift."""
 
 
 def chat_variants(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:

@@ -200,7 +200,8 @@ def configure(suite: Suite, table: Mapping[str, Any] | None) -> Suite:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(
-            f"suite option {suite.name}.{where}: {first['msg']}",
+            f"suite option {suite.name}.{where}: {first['msg']} (evalgate.toml's [suites.{suite.name}] "
+            f"{where}, or --suite-opt {suite.name}.{where})",
             fix=f"{suite.name} takes: {', '.join(options_help(model))}",
         ) from exc
     return dataclasses.replace(suite, settings=settings)  # type: ignore[type-var]

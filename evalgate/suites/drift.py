@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.config import read_text
 from evalgate.engines.api import Position
-from evalgate.errors import ConfigError
+from evalgate.errors import ConfigError, InvalidResponse
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 
 __all__ = ["DriftSettings", "DriftSuite", "drift"]
@@ -67,15 +67,18 @@ class DriftSettings(BaseModel):
         32, ge=1, le=2048, description="solution tokens scored per document (teacher-forced positions)"
     )
     source: Literal["gsm8k"] = Field("gsm8k", description="documents: GSM8K train question + solution")
-    kld_budget: float | None = Field(
+    kld_budget: float | None = Field(  # strict: true is no budget (pydantic reads it as 1.0)
         None,
         gt=0,
         allow_inf_nan=False,
+        strict=True,
         description="the gate's mean KL budget, nats per token (--drift-budget wins; unset: 0.01)",
     )
     ppl_margin: float | None = Field(
         None,
         gt=0,
+        allow_inf_nan=False,  # refused here, naming [suites.drift], not as the --drift-budget it becomes
+        strict=True,
         description="the gate's perplexity-ratio budget is 1 + this (--drift-budget wins; unset: 0.02)",
     )
     decode_tokens: int | None = Field(
@@ -155,10 +158,12 @@ class DriftSuite(Suite):
         question, answer = item.payload
         context = await scorer.tokenize(question + "\n")
         scored = (await scorer.tokenize(answer))[: self.settings.max_tokens]
-        if not context or not scored:
-            raise ConfigError(
-                f"drift document {item.item_id} tokenizes to nothing on this server",
-                fix="check the server's tokenizer (the preflight's round trip)",
+        if not context or not scored:  # the server's answer, not the user's input: an item error
+            raise InvalidResponse(
+                f"the server tokenized drift document {item.item_id}'s "
+                f"{'question' if not context else 'solution'} to no tokens",
+                fix="check the server's tokenizer (the preflight's round trip); the item is retried, then "
+                "recorded as an error and never scored (--resume retries it)",
             )
         tokens = [*context, *scored]
         top_k = self.settings.top_k
