@@ -70,6 +70,7 @@ def _own_lmeval_aggregates(
     results = (out.results or {}).get("results") or {}
     for name, suite in suites.items():
         if suite.metric_kind != "drift":
+            _note_accuracy(out, name, suite, results.get(name))
             continue
         own = {
             m: float(v)
@@ -88,6 +89,27 @@ def _own_lmeval_aggregates(
                     "(the samples are what is gated)"
                 )
     return found
+
+
+def _note_accuracy(out: LmEvalOutput, name: str, suite: ImportedSuite, own: Any) -> None:
+    """A results JSON whose metric for a one-task suite is not the samples' mean (a results file of
+    another run beside these samples: gsm8k claiming 0.50 where its samples score 0.92) is noted:
+    the samples are what is gated, and the reader should know the two files disagree."""
+    if not isinstance(own, dict) or suite.tasks != [name] or not suite.items:
+        return
+    for metric in suite.metrics:
+        key = metric if "," in metric else f"{metric},none"
+        claimed = own.get(key)
+        values = [it["metrics"].get(metric) for it in suite.items.values()]
+        if not isinstance(claimed, (int, float)) or isinstance(claimed, bool) or None in values:
+            continue
+        mean = math.fsum(float(v) for v in values) / len(values)
+        if not math.isclose(mean, float(claimed), rel_tol=1e-6, abs_tol=1e-9):
+            out.notes.append(
+                f"{name}: lm-eval's results file claims {metric} {float(claimed):.4g}, but its samples "
+                f"give {mean:.4g} over {len(values)} documents (the samples are what is gated: are "
+                "they from the same run?)"
+            )
 
 
 def _lmeval_info(out: LmEvalOutput, suites: dict[str, ImportedSuite]) -> dict[str, Any]:

@@ -106,3 +106,25 @@ def test_arms_naming_different_tokenizers_are_said_to(tmp_path: Path) -> None:
     notes = manifest["imported"]["candidate"]["notes"]
     assert any("different tokenizers" in n and "org/tok-a" in n and "org/tok-b" in n for n in notes), notes
     assert "different tokenizers" in (tmp_path / "run" / "summary.md").read_text()
+
+
+def test_a_results_file_that_disagrees_with_its_samples_is_noted(tmp_path: Path) -> None:
+    """#43: a gsm8k results JSON claiming 0.50 beside samples that score otherwise got no note; the
+    samples are gated, and the manifest and terminal now say the two files disagree."""
+    import shutil
+
+    from tests.lmeval.test_samples_import import BASE, CAND, _compare
+
+    cand = tmp_path / "claims"
+    shutil.copytree(CAND, cand)
+    (results,) = cand.rglob("results_*.json")
+    doc = json.loads(results.read_text())
+    doc["results"]["gsm8k"]["exact_match,flexible-extract"] = 0.5
+    results.write_text(json.dumps(doc))
+    _, out = _compare(tmp_path, BASE, cand)
+    notes = json.dumps(json.loads((out / "manifest.json").read_text())["imported"])
+    assert "results file claims exact_match,flexible-extract 0.5" in notes
+    _, honest = _compare(tmp_path / "h", BASE, CAND)
+    assert "results file claims" not in json.dumps(
+        json.loads((honest / "manifest.json").read_text())["imported"]
+    )
