@@ -17,6 +17,7 @@ from evalgate.engines._checkpoint import INT4_METHODS, checkpoint_quantization, 
 from evalgate.engines._launcher import WorkerSlot
 from evalgate.engines.api import Engine
 from evalgate.errors import ConfigError
+from evalgate.redact import MASK, is_secret_key
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = [
@@ -124,8 +125,9 @@ class GPUEngine(Engine):
         raise NotImplementedError
 
     def launch_command(self, spec: LaunchSpec, *, name: str, port: int, api_key: str) -> list[str]:
-        """The exact command, with the arm's CUDA_VISIBLE_DEVICES in front when evalgate sets it."""
-        env = {k: v for k, v in self.arm_env(spec, name).items() if (k, v) not in set(spec.env)}
+        """The exact command, with every variable the arm's server gets in front (the spec's own and
+        CUDA_VISIBLE_DEVICES), a secret-named one masked: a failed start quotes it to rerun."""
+        env = {k: MASK if is_secret_key(k) else v for k, v in self.arm_env(spec, name).items()}
         return [
             *(f"{k}={v}" for k, v in sorted(env.items())),
             *self.command(spec, port=port, api_key=api_key),

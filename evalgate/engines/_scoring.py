@@ -143,7 +143,9 @@ def forced_split(tokens: Sequence[int], start: int, top_k: int) -> tuple[list[in
 
 
 def _token_id(value: Any, server: str, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """A vocabulary index: a whole number from 0 to 2**31 - 1 (a negative id, or 2**53 and 2**53 + 1,
+    which float64 would make one id, is no token: #43)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
         raise invalid(server, f"answered a token id of {_show(value)} for {what}")
     return value
 

@@ -471,3 +471,14 @@ def test_an_infinite_cached_token_count_is_an_invalid_answer_not_a_crash() -> No
     }
     with pytest.raises(InvalidResponse):
         completion_observation(data, 0.1, "x")
+
+
+@pytest.mark.parametrize("bad", [-1, 2**53, 2**53 + 1])
+def test_a_token_id_that_is_no_vocabulary_index_is_an_item_error(bad: int) -> None:
+    """#43: ids 2**53 and 2**53 + 1 (one id in float64) and a negative id reached the drift rows."""
+    from evalgate.engines._scoring import check_positions
+    from evalgate.errors import InvalidResponse
+
+    top = [(bad, -0.1), (7, -2.5)]
+    with pytest.raises(InvalidResponse, match="token id"):
+        check_positions([(None, -0.1, top)], [bad if bad >= 0 else 7], "candidate", top_k=2)

@@ -3,6 +3,7 @@ CPU engine refuses, before launch, the variants this CPU cannot execute (#35).""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 from pathlib import Path
@@ -101,3 +102,27 @@ def test_the_default_models_int4_arm_is_its_w4a16_twin(
     base, cand = engine.launch_spec(parse_variant("bf16")), engine.launch_spec(parse_variant("int4"))
     assert base.model == str(bf16) and cand.model == str(int4)
     assert check_only_quantization(base, cand) == []
+
+
+def test_deterministic_on_vllms_cpu_backend_is_refused_before_launch(tmp_path: Path) -> None:
+    """#43: --deterministic set VLLM_BATCH_INVARIANT=1, the CPU server died at start with a generic
+    message; it is exit 2 before any server, naming the cause and the fix."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    engine = VLLMCPUEngine(
+        VLLMConfig(device="cpu", cpu_dir=str(tmp_path), model=str(model), deterministic=True), isa=AVX512
+    )
+    with pytest.raises(ConfigError, match="CPU backend") as err:
+        engine.launch_spec(parse_variant("bf16"))
+    assert "drop --deterministic" in err.value.fix
+
+
+def test_the_quoted_command_carries_the_spec_environment_masked(tmp_path: Path) -> None:
+    """#43: the command a failed start quotes omitted the variables the spec sets."""
+    engine = _engine(tmp_path, AVX512)
+    spec = engine.launch_spec(parse_variant("bf16"))
+    spec = dataclasses.replace(spec, env=(*spec.env, ("HF_TOKEN", "hf_secret_value")))
+    shown = engine.launch_command(spec, name="baseline", port=1, api_key="k")
+    assert "VLLM_CPU_KVCACHE_SPACE=1" in shown and "HF_TOKEN=***" in shown
+    assert not any("hf_secret_value" in part for part in shown)

@@ -93,6 +93,13 @@ class VLLMCPUEngine(VLLMEngine):
         )
 
     def launch_spec(self, variant: Variant) -> LaunchSpec:
+        if self.config.deterministic or dict(variant.env).get("VLLM_BATCH_INVARIANT") == "1":
+            raise ConfigError(  # #43: the server died at start with a generic message
+                "--deterministic on vLLM's CPU backend: VLLM_BATCH_INVARIANT=1 has no CPU kernels, and "
+                "the server exits at start",
+                fix="drop --deterministic (or [vllm] deterministic) for [vllm] device = 'cpu': two "
+                "launches there agree bit for bit on prompt logprobs, and the drift rows bound the rest",
+            )
         if variant.kv == "fp8":
             self._needs_avx512(variant, "an FP8 KV cache")
         if variant.weights in ("fp8", "int4"):
