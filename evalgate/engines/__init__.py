@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from evalgate.engines._launcher import ServerHandle, free_port, require_input_files, run_process
 from evalgate.engines._scoring import check_chat, first_choice
@@ -23,9 +23,12 @@ if TYPE_CHECKING:
     from evalgate.config import EvalgateConfig
 
 __all__ = [
+    "DEFAULT_ENGINE",
     "ENGINES",
+    "TOOL_PARSING_ENGINES",
     "Engine",
     "EngineFactory",
+    "EngineName",
     "EngineRegistry",
     "Scorer",
     "ServerHandle",
@@ -40,8 +43,16 @@ __all__ = [
     "unregister_engine",
 ]
 
-ENGINES = ("llamacpp", "sglang", "vllm")
-"""The engines ``--engine`` launches (attach mode is chosen by giving URLs instead)."""
+EngineName = Literal["llamacpp", "sglang", "vllm"]
+"""The engines ``--engine`` launches (attach mode is chosen by giving URLs instead): the one list
+of their names, which evalgate.toml's sections, ``--protocol`` and the rest read
+(``tests/engines/test_contract.py`` finds any other)."""
+ENGINES: tuple[EngineName, ...] = get_args(EngineName)
+DEFAULT_ENGINE: EngineName = "llamacpp"
+"""The CPU engine, launched when none is named."""
+TOOL_PARSING_ENGINES: frozenset[EngineName] = frozenset({"llamacpp"})
+"""Engines whose server always turns a model's output into ``tool_calls`` with its chat template
+(llama-server's --jinja): the tool_calls suite prefills there and needs no parsed-call preflight."""
 
 EngineFactory = Callable[["EvalgateConfig"], Engine]
 """Builds an engine from the whole config (each takes its own section)."""
@@ -117,7 +128,7 @@ class EngineRegistry:
 
     def get(self, name: str | None, cfg: EvalgateConfig) -> Engine:
         """The engine ``name`` (default: llama.cpp, the CPU engine), configured from ``cfg``."""
-        name = name or "llamacpp"
+        name = name or DEFAULT_ENGINE
         factory = self._builtins.get(name) or self._extra.get(name)
         if factory is not None:
             return factory(cfg)

@@ -85,17 +85,23 @@ class IsaReport:
         return flag in self.advertised and ran is not False
 
     def describe(self) -> str:
-        parts = []
+        return "; ".join(f"{name}: {how}" for name, how in self.facts().items())
+
+    def facts(self) -> dict[str, str]:
+        """Per instruction set (by name), advertised or not and whether it executed: the manifest's
+        ``server.cpu_isa``, so a run folder shows that FP8 ran where AVX-512 or AMX executes."""
+        out = {}
         for flag, (name, _) in PROBES.items():
             ran = self.executed.get(flag)
             if flag not in self.advertised:
-                parts.append(f"{name}: not advertised")
+                out[name] = "not advertised"
                 continue
-            how = {True: "executes", False: "advertised but SIGILL when run", None: "advertised, not tried"}[
-                ran
-            ]
-            parts.append(f"{name}: {how}")
-        return "; ".join(parts)
+            out[name] = {
+                True: "executes",
+                False: "advertised but SIGILL when run",
+                None: "advertised, not tried",
+            }[ran]
+        return out
 
 
 def isa_report(flags: Iterable[str] | None = None) -> IsaReport:

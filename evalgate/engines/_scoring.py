@@ -287,6 +287,9 @@ class BatchScorer(Scorer):
         await self._tokens.aclose()
         await self.http.__aexit__()
 
+    def gateway_route(self) -> GatewayRoute | None:
+        return self.http.gateway
+
     async def _tokenize(self, text: str) -> list[int]:
         raise NotImplementedError
 

@@ -16,11 +16,14 @@ import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from evalgate.engines._launcher import ServerHandle, flags
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
+
+if TYPE_CHECKING:
+    from evalgate.engines.client import GatewayRoute
 
 __all__ = [
     "AttachDialect",
@@ -189,6 +192,22 @@ class Scorer(Protocol):
         length), as the running server reports it; None when it does not say."""
         return None
 
+    def set_prompt_cache(self, on: bool) -> bool | None:
+        """Turn the server's prompt cache on or off for this scorer's later requests (llama-server's
+        per-request ``cache_prompt``) and return the setting before; None where the server has no
+        such switch (the default), and then nothing changes. A gateway's fixed probe turns it off."""
+        return None
+
+    def gateway_route(self) -> GatewayRoute | None:
+        """How this scorer's requests reach an smg gateway (its client's ``GatewayRoute``, which
+        refuses an answer from an unlisted worker and counts the others); None for one server."""
+        return None
+
+    def gateway_facts(self) -> tuple[dict[str, dict[str, Any]], dict[str, int]] | None:
+        """An arm behind smg: each worker's answer to the fixed probe (by URL) and the answers per
+        worker, for the manifest (``arm_routed``); None for one server (the default)."""
+        return None
+
     async def aclose(self) -> None:
         """Release the client's connections."""
         return None
@@ -275,6 +294,11 @@ class Engine(Protocol):
     def default_gen_cap(self, preset: str) -> int | None:
         """A cap on generated tokens per item for ``preset`` when the user sets none (a CPU
         engine cannot afford long chains of thought in a smoke run); None: the suite's own."""
+        return None
+
+    def resuming(self) -> None:
+        """``compare --resume`` continues a run with this engine (an arm behind smg then routes
+        every item by its key, as the first session did); the default changes nothing."""
         return None
 
     def request_timeout_s(self) -> float:

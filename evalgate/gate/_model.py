@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
+from evalgate.gate._comparable import Comparability
 from evalgate.gate._flip_drift import FlipDrift
 from evalgate.gate._lengths import SuiteLengths
 from evalgate.gate._output_lengths import OutputLengths
@@ -96,6 +97,9 @@ class Verdict:
     flip_drift: list[FlipDrift] = field(default_factory=list)
     """Multiple-choice suites: the choice KL of flipped items beside unflipped ones (does the
     distribution predict the flips?); written only when there is one."""
+    comparability: Comparability | None = None
+    """Whether the arms ran the same comparison (tokenizer, chat template, caps, sample counts),
+    read from the run folder before the verdict (gate/_comparable.py); "not comparable" is never PASS."""
     schema: Literal[1] = VERDICT_SCHEMA
 
     @property
@@ -109,6 +113,8 @@ class Verdict:
                 a.pop("unanswered", None)
             if a.get("sampled") is None:  # likewise a row of a run without --repeats
                 a.pop("sampled", None)
+        if data["comparability"] is None:  # decided outside a run folder: written as before
+            data.pop("comparability")
         if not data["lengths"]:  # a run without long-context records is written as before
             data.pop("lengths")
         if not data["answers"]:  # no generation suite: written as before

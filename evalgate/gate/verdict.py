@@ -10,6 +10,8 @@ from typing import Any
 
 from evalgate.errors import EvalgateError
 from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
+from evalgate.gate._capacity import capacity_note
+from evalgate.gate._comparable import comparability
 from evalgate.gate._flip_drift import flip_drift
 from evalgate.gate._output_lengths import output_lengths_for
 from evalgate.gate.agreement import no_answer
@@ -272,6 +274,18 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     if cap and any(meta.kind != "loglikelihood" for meta in m.suites.values()):
         verdict.notes.append(f"generation capped at {cap} tokens on both arms")
     verdict.notes += _cut_by_the_cap(verdict, cap)
+    verdict.comparability = same = comparability(m, run.records, run.pairs)
+    if same.status == "not comparable" and verdict.verdict != "ERROR" and not failed:
+        verdict.reason = (
+            f"the arms are not comparable: {'; '.join(same.reasons)}; a verdict on the numerics needs two "
+            f"arms that differ in nothing else (it would have been {verdict.verdict}: {verdict.reason})"
+        )
+        verdict.verdict = "ERROR"
+    elif same.status == "inconclusive":
+        verdict.notes.append(f"comparability inconclusive: {'; '.join(same.reasons)}")
+    capacity = capacity_note(m)
+    if capacity:
+        verdict.notes.append(capacity)
     return verdict
 
 

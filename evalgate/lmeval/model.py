@@ -40,7 +40,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from evalgate.engines import ServerHandle
+from evalgate.engines import DEFAULT_ENGINE, ServerHandle
 from evalgate.engines.llamacpp import LlamaCppScorer
 
 __all__ = ["EvalgateLM"]
@@ -54,15 +54,15 @@ class EvalgateLM(LM):
         self,
         base_url: str,
         api_key: str | None = None,
-        engine: str = "llamacpp",
+        engine: str = DEFAULT_ENGINE,
         concurrency: int = 4,
         max_length: int | None = None,
         prefix_token_id: int | None = None,
         **_: Any,
     ) -> None:
         super().__init__()
-        if engine != "llamacpp":
-            raise ValueError(f"engine {engine!r} has no lm-eval adapter yet; use llamacpp")
+        if engine != DEFAULT_ENGINE:  # the adapter is llama.cpp's scorer
+            raise ValueError(f"engine {engine!r} has no lm-eval adapter yet; use {DEFAULT_ENGINE}")
         self.handle = ServerHandle(
             "lm-eval",
             base_url.rstrip("/"),

@@ -16,10 +16,10 @@ from typing import Any
 
 from markupsafe import Markup
 
-from evalgate.engines.capacity import capacity_ratio
 from evalgate.gate import LengthRow, LengthTrend, SuiteLengths, Verdict
 from evalgate.report import _format as fmt
 from evalgate.report.lengths_svg import length_label, lengths_chart
+from evalgate.store.capacity import capacity_ratio
 from evalgate.store.manifest import Manifest, ServerFacts
 
 __all__ = ["HEADERS", "LengthPanel", "kv_capacity", "length_cells", "length_panels", "trend_text"]

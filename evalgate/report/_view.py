@@ -107,6 +107,8 @@ class RunView:
     """The flip-drift table (multiple-choice suites: does the choice KL predict the flips?), or none."""
     gateways: list[GatewayPanel] = field(default_factory=list)
     """Arms of several workers behind smg: the gateway, its policy and each worker (report/_gateway.py)."""
+    comparability: str = ""
+    """Whether the arms ran the same comparison, in one line (verdict.json ``comparability``)."""
 
     @property
     def primary_rows(self) -> list[RowView]:
@@ -166,6 +168,7 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
             Section("flip-drift", FLIP_TITLE, *t, note=FLIP_NOTE) for t in flip_drift_tables(verdict)
         ],
         gateways=gateway_panels(m),
+        comparability=fmt.clean(verdict.comparability.summary()) if verdict.comparability else "",
     )
 
 

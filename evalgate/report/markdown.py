@@ -78,6 +78,8 @@ def _head(v: RunView) -> list[str]:
         + (f" · margin {_md(v.margin_text)}" if v.margin_text else "")
         + f" · engine {_md(v.engine)} · exit code {v.exit_code} · run `{_text(v.run_id)}`\n\n",
     ]
+    if v.comparability:
+        out.append(f"Comparability: {_md(v.comparability)}\n\n")
     differing = [a for a in [*v.models, *v.args] if a.differs]
     if differing:
         items = [

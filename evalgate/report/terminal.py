@@ -105,6 +105,8 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         console.print("A/A noise floor: " + ", ".join(f"{r.suite} {r.flips:.1%} flips" for r in verdict.aa))
     # the reason and notes may quote a server ("[/bold]", a U+202E in an error body): text, never
     # markup, and bidirectional controls shown as escapes
+    if verdict.comparability is not None:  # before the verdict: is the pair one comparison at all?
+        console.print(f"comparability: {escape(show_bidi(verdict.comparability.summary()))}")
     style = _STYLE.get(verdict.verdict, "bold")
     console.print(f"[{style}]{verdict.verdict}[/]: {escape(show_bidi(verdict.reason))}")
     for note in verdict.notes:

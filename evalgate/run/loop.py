@@ -232,9 +232,10 @@ async def _run_group(
 
 def _gateway_facts(plan: RunPlan, arm: str, scorer: Scorer) -> None:
     """An arm behind smg: each worker's answer to the fixed probe, and answers per worker."""
-    routed = getattr(scorer, "routed", None)
-    if callable(routed):
-        plan.manifest.arm_routed(arm, probe=getattr(scorer, "probe", None), routed=routed())
+    facts = scorer.gateway_facts()
+    if facts is not None:
+        probe, routed = facts
+        plan.manifest.arm_routed(arm, probe=probe, routed=routed)
 
 
 async def _run_blocks(

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from rich.console import Console
 
 from evalgate.config import EvalgateConfig
-from evalgate.engines import Engine, get_engine, require_input_files
+from evalgate.engines import ENGINES, Engine, get_engine, require_input_files
 from evalgate.engines.attach import ExternalEngine, require_two_servers
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy
@@ -215,13 +215,7 @@ def _deterministic(req: CompareRequest, cfg: EvalgateConfig) -> EvalgateConfig:
     if not req.deterministic:
         return cfg
     on = {"deterministic": True}
-    return cfg.model_copy(
-        update={
-            "llamacpp": cfg.llamacpp.model_copy(update=on),
-            "sglang": cfg.sglang.model_copy(update=on),
-            "vllm": cfg.vllm.model_copy(update=on),
-        }
-    )
+    return cfg.model_copy(update={name: getattr(cfg, name).model_copy(update=on) for name in ENGINES})
 
 
 def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
@@ -233,8 +227,8 @@ def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
         )
     if not req.baseline_url:
         engine = get_engine(req.engine or cfg.engine, cfg)
-        if req.resume and hasattr(engine, "resume"):  # an arm behind smg: route items by their key
-            engine.resume = True
+        if req.resume:  # an arm behind smg: route items by their key
+            engine.resuming()
         return engine, False
     if req.engine:
         raise ConfigError(

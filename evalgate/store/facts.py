@@ -167,8 +167,13 @@ class ServerFacts(Facts):
     served_model: str | None = Field(None, description="vLLM: the served model's id (/v1/models).")
     max_model_len: int | None = Field(None, description="vLLM: its max_model_len (/v1/models).")
     vllm_version: str | None = Field(None, description="vLLM: the server's /version.")
+    cpu_isa: dict[str, str] | None = Field(
+        None,
+        description="vLLM on the CPU, where a variant needs AVX-512 or AMX (FP8): per instruction set, "
+        "advertised or not and whether one of its instructions executed (evalgate.engines._isa).",
+    )
     kv_capacity: dict[str, Any] | None = Field(
-        None, description="vLLM: the KV pool the log states (evalgate.engines.capacity's form)."
+        None, description="vLLM: the KV pool the log states (evalgate.store.capacity's form)."
     )
     # SGLang: the /server_info fields kept (evalgate.engines.sglang._server_info), as it reports them
     version: Any = Field(None, description="SGLang /server_info: the server's version.")

@@ -41,6 +41,7 @@ from evalgate.redact import env_secrets, redact
 from evalgate.request import CompareRequest
 from evalgate.store.facts import ServerFacts
 from evalgate.store.files import entry_exists, make_folder, read_document, write_atomic
+from evalgate.store.throughput import ThroughputDoc
 
 __all__ = [
     "MANIFEST_SCHEMA",
@@ -251,8 +252,6 @@ class Manifest(BaseModel):
     def _throughput_doc(cls, doc: dict[str, Any] | None) -> dict[str, Any] | None:
         """Checked against ``ThroughputDoc``; kept as the plain document the report renders."""
         if doc is not None:
-            from evalgate.store.throughput import ThroughputDoc  # only for runs with one
-
             ThroughputDoc.model_validate(doc)
         return doc
 

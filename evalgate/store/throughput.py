@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalgate.engines.capacity import capacity_ratio
 from evalgate.errors import ConfigError
+from evalgate.store.capacity import capacity_ratio
 from evalgate.store.files import make_folder, write_atomic
 
 __all__ = [
@@ -92,7 +92,7 @@ class LevelRatio(BaseModel):
 
 
 class CapacityComparison(BaseModel):
-    """Each arm's KV capacity (``evalgate.engines.capacity``) and their ratio."""
+    """Each arm's KV capacity (``evalgate.store.capacity``) and their ratio."""
 
     model_config = ConfigDict(extra="allow")
     baseline: dict[str, Any] | None = None

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from evalgate.engines import DEFAULT_ENGINE
 from evalgate.engines.api import Scorer
 from evalgate.errors import ConfigError
 from evalgate.stats import stable_seed
@@ -50,7 +51,7 @@ class SuiteOptions:
     seed: int = 1234
     max_gen_tokens: int | None = None
     """Cap on generated tokens (smoke presets on CPU); None keeps the task's own limit."""
-    engine: str = "llamacpp"
+    engine: str = DEFAULT_ENGINE
     reveal_private: bool = False
     temperature: float | None = None
     """Sampling temperature for generation; None keeps the task's own (greedy)."""

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalgate.engines import TOOL_PARSING_ENGINES
 from evalgate.engines.client import RequestFailed
 from evalgate.errors import ConfigError, PreflightError
 from evalgate.suites import _bfcl
@@ -53,7 +54,7 @@ CATEGORIES = (
     "live_irrelevance",
 )
 PREFILL = "<tool_call>\n"
-PREFILL_ENGINES = frozenset({"llamacpp"})
+PREFILL_ENGINES = TOOL_PARSING_ENGINES
 MAX_TOKENS = 512
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.engines.capacity import capacity_ratio
 from evalgate.engines.llamacpp import kv_buffer_sizes, llamacpp_capacity
 from evalgate.engines.sglang import server_info_capacity as sglang_server_info_capacity
 from evalgate.engines.sglang import sglang_capacity
 from evalgate.engines.vllm import vllm_capacity
+from evalgate.store.capacity import capacity_ratio
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "capacity"
 

@@ -10,7 +10,6 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -243,6 +242,18 @@ class ProbeDouble(Scorer):
         self.positions = positions if positions is not None else _probe()
         self.keys: list[str | None] = []
         self.probed: list[tuple[list[int], int, int]] = []
+        self.cache_prompt: bool | None = None
+        """llama.cpp's per-request switch, where a test gives the double one."""
+        self.route: GatewayRoute | None = None
+
+    def set_prompt_cache(self, on: bool) -> bool | None:
+        before = self.cache_prompt
+        if before is not None:
+            self.cache_prompt = on
+        return before
+
+    def gateway_route(self) -> GatewayRoute | None:
+        return self.route
 
     async def token_distributions(self, tokens: Sequence[int], *, start: int, top_k: int) -> list[Position]:
         self.probed.append((list(tokens), start, top_k))
@@ -278,9 +289,9 @@ def test_check_workers_passes_alike_workers_and_probes_each_with_the_gateways_to
 def test_workers_probe_without_their_prompt_cache_and_the_gateway_keeps_its() -> None:
     """llama.cpp's logprobs move with the prompt-cache state: the probe must not depend on it."""
     through, worker = ProbeDouble(), ProbeDouble()
-    through.cache_prompt = worker.cache_prompt = True  # type: ignore[attr-defined]
+    through.cache_prompt = worker.cache_prompt = True
     GatewayScorer(through, {"http://w0": worker})
-    assert worker.cache_prompt is False and through.cache_prompt is True  # type: ignore[attr-defined]
+    assert worker.cache_prompt is False and through.cache_prompt is True
 
 
 def test_check_workers_refuses_a_mixed_arm_naming_the_odd_worker() -> None:
@@ -314,7 +325,7 @@ def test_check_workers_compares_only_workers_of_one_role() -> None:
 
 def test_each_call_carries_its_items_routing_key_and_only_during_the_call() -> None:
     through = ProbeDouble()
-    through.http = SimpleNamespace(gateway=GatewayRoute("http://w0", "m", Counter({"http://w0": 2})))  # type: ignore[attr-defined]
+    through.route = GatewayRoute("http://w0", "m", Counter({"http://w0": 2}))
     scorer = GatewayScorer(through, {"http://w0": ProbeDouble(), "http://w1": ProbeDouble()})
     assert scorer.concurrency == 4  # every worker's requests in flight
 

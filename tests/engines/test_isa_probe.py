@@ -126,3 +126,39 @@ def test_the_quoted_command_carries_the_spec_environment_masked(tmp_path: Path) 
     shown = engine.launch_command(spec, name="baseline", port=1, api_key="k")
     assert "VLLM_CPU_KVCACHE_SPACE=1" in shown and "HF_TOKEN=***" in shown
     assert not any("hf_secret_value" in part for part in shown)
+
+
+def test_a_passing_probe_is_recorded_with_the_server_and_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#45: the run folder shows that FP8 ran on a machine where AVX-512 executes: the probe's
+    findings join the server's facts (``server.cpu_isa``), which the report lists per arm."""
+    import contextlib
+    from collections.abc import Iterator
+    from typing import Any
+
+    from evalgate.engines import ServerHandle
+    from evalgate.engines.vllm import VLLMEngine
+    from evalgate.report._sections import flatten
+    from evalgate.store.facts import ServerFacts
+
+    @contextlib.contextmanager
+    def launched(self: Any, spec: Any, *, name: str, log_dir: Path, **_: Any) -> Iterator[ServerHandle]:
+        yield ServerHandle(
+            name, "http://127.0.0.1:1", "k", ["vllm"], log_dir / "log", info={"served_model": "m"}
+        )
+
+    monkeypatch.setattr(VLLMEngine, "launch", launched)
+    engine = _engine(tmp_path, AVX512)
+    spec = engine.launch_spec(parse_variant("fp8kv"))
+    with engine.launch(spec, name="candidate", log_dir=tmp_path) as handle:
+        info = dict(handle.info)
+    assert info["cpu_isa"] == {"AVX2": "executes", "AVX-512": "executes", "AMX": "not advertised"}
+    facts = ServerFacts.model_validate(info)
+    assert facts.cpu_isa == info["cpu_isa"]
+    rows = flatten(dict(facts.items()))
+    assert any("cpu_isa" in str(k) and "AVX-512" in str(k) and "executes" in str(v) for k, v in rows), rows
+    plain = _engine(tmp_path / "b", None)  # type: ignore[arg-type]  # probes on first need
+    bf16 = plain.launch_spec(parse_variant("bf16"))
+    with plain.launch(bf16, name="baseline", log_dir=tmp_path) as handle:
+        assert "cpu_isa" not in handle.info  # no variant asked for AVX-512: nothing was probed

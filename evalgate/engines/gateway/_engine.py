@@ -133,7 +133,7 @@ class GatewayEngine(Engine):
             )
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> GatewayScorer:
-        workers = getattr(handle, "workers", [])
+        workers = handle.workers if isinstance(handle, GatewayHandle) else []
         direct = {w.base_url: self.inner.scorer(w, seed=seed) for w in workers}
         roles = {str(w["url"]): str(w.get("role") or "regular") for w in handle.info["gateway"]["workers"]}  # type: ignore[index]
         return GatewayScorer(
@@ -149,7 +149,7 @@ class GatewayEngine(Engine):
 
     def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
         """One worker's KV pool, and how many such workers the arm has."""
-        workers = getattr(handle, "workers", [])
+        workers = handle.workers if isinstance(handle, GatewayHandle) else []
         found = self.inner.capacity(workers[0]) if workers else None
         return {**found, "workers": len(workers)} if found else None
 
@@ -191,6 +191,9 @@ class GatewayEngine(Engine):
 
     def default_gen_cap(self, preset: str) -> int | None:
         return self.inner.default_gen_cap(preset)
+
+    def resuming(self) -> None:
+        self.resume = True
 
     def request_timeout_s(self) -> float:
         return self.inner.request_timeout_s()

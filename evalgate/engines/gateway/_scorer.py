@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Scorer
-from evalgate.engines.client import ROUTED_TO, ROUTING_KEY, GatewayRoute, UnlistedWorker
+from evalgate.engines.client import ROUTED_TO, ROUTING_KEY, UnlistedWorker
 from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import ConfigError
 from evalgate.stats import position_klds, top1_same
@@ -86,9 +86,8 @@ class GatewayScorer(Scorer):
         self.through, self.workers = through, dict(workers)
         self.forced_path = through.forced_path
         """The engine's behind the gateway (llama.cpp's workers force on the decode path)."""
-        for scorer in self.workers.values():
-            if hasattr(scorer, "cache_prompt"):  # llama.cpp: the probe must not depend on a worker's cache
-                scorer.cache_prompt = False
+        for scorer in self.workers.values():  # llama.cpp: the probe must not depend on a worker's cache
+            scorer.set_prompt_cache(False)
         self.roles = dict(roles or {})
         self.tolerance = tolerance
         self.concurrency = int(through.concurrency) * max(1, len(self.workers))
@@ -96,8 +95,7 @@ class GatewayScorer(Scorer):
         """Each worker's answer to the fixed probe against the first of its role, by URL."""
         self.through_probe: dict[str, Any] = {}
         """The gateway's own answer to it against the worker it came from (``_check_through``)."""
-        route = getattr(getattr(through, "http", None), "gateway", None)
-        self.route = route if isinstance(route, GatewayRoute) else None
+        self.route = through.gateway_route()
         """How ``through`` reaches the gateway: it refuses any answer from a worker not listed here."""
         if self.route is not None:
             self.route.listed = frozenset(u.rstrip("/") for u in self.workers)
@@ -168,6 +166,9 @@ class GatewayScorer(Scorer):
         """Answers per listed worker as smg reported them (``x-smg-routed-worker-id``)."""
         return dict(self.route.routed) if self.route is not None else {}
 
+    def gateway_facts(self) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+        return self.probe, self.routed()
+
     async def check_workers(self, *, server: str) -> dict[str, dict[str, Any]]:
         """Teacher-force ``PROBE_TEXT`` on every worker directly and refuse (exit 2) an arm whose
         workers of one role answer differently, naming the odd worker; then the same probe through
@@ -211,9 +212,8 @@ class GatewayScorer(Scorer):
         if not probes:
             return
         named: list[str] = []
-        mark, cached = ROUTED_TO.set(named), getattr(self.through, "cache_prompt", None)
-        if cached is not None:  # as on the workers: the answer must not depend on the gateway's cache
-            self.through.cache_prompt = False  # type: ignore[attr-defined]
+        mark = ROUTED_TO.set(named)
+        cached = self.through.set_prompt_cache(False)  # as on the workers: not the gateway's cache
         try:
             call = self.through.token_distributions(tokens, start=1, top_k=PROBE_TOP_K)
             answer = await self._keyed(PROBE_TEXT, call)
@@ -222,7 +222,7 @@ class GatewayScorer(Scorer):
         finally:
             ROUTED_TO.reset(mark)
             if cached is not None:
-                self.through.cache_prompt = cached  # type: ignore[attr-defined]
+                self.through.set_prompt_cache(cached)
         worker = named[-1] if named else ""
         one = worker in probes and self.roles.get(worker, "regular") == "regular"
         refs = [worker] if one else list(probes)

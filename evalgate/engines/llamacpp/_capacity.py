@@ -3,7 +3,7 @@
     llama_kv_cache: size =  90.00 MiB (  1024 cells,  30 layers,  4/4 seqs), K (f16): 45.00 MiB, V (f16): 45.00 MiB
 
 The pool is fixed by ``-c``, so a smaller KV type holds the same tokens in less memory: what a
-candidate buys here is tokens per MiB, not more tokens (``evalgate.engines.capacity.capacity_ratio``).
+candidate buys here is tokens per MiB, not more tokens (``evalgate.store.capacity.capacity_ratio``).
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from evalgate.engines._scoring import (
     token_ids,
 )
 from evalgate.engines.api import CacheObservation, Decoded, DriftPath, LogLik, Position, Scorer, Split
+from evalgate.engines.client import GatewayRoute
 
 __all__ = [
     "UPGRADE_ATTACHED",
@@ -89,6 +90,13 @@ class LlamaCppScorer(Scorer):
     async def aclose(self) -> None:
         await self._tokens.aclose()
         await self.http.__aexit__()
+
+    def set_prompt_cache(self, on: bool) -> bool:
+        before, self.cache_prompt = self.cache_prompt, on
+        return before
+
+    def gateway_route(self) -> GatewayRoute | None:
+        return self.http.gateway
 
     async def tokenize(self, text: str) -> list[int]:
         """Token ids without special tokens; cached, with the request in flight shared (TokenCache)."""

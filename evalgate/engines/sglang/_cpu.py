@@ -33,7 +33,8 @@ import re
 from pathlib import Path
 
 from evalgate.config import SGLangConfig
-from evalgate.engines.gguf import DEFAULT_MODEL, cache_dir
+from evalgate.engines._cpu_setup import CPU_WEIGHTS, checkpoint_dir
+from evalgate.engines.gguf import cache_dir
 from evalgate.engines.sglang._engine import SGLangEngine
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
@@ -62,8 +63,6 @@ CPU_ARGS: dict[str, str | None] = {
     "--sleep-on-idle": None,
     "--max-total-tokens": "16384",
 }
-CPU_WEIGHTS = {"bf16": "F16", "int4": "Q4_0"}
-"""Weights precision -> the GGUF (``evalgate.engines.gguf.GGUF_TYPES``) whose Hugging Face twin serves it."""
 SMOKE_GEN_CAP = 256
 """Generated tokens per item in a smoke run, as on the llama.cpp CPU engine."""
 SETUP_FIX = "run `evalgate setup --sglang-cpu` (it makes the venv and the checkpoints)"
@@ -76,11 +75,6 @@ def default_root() -> Path:
 
 def venv_python(root: Path) -> Path:
     return root / "venv" / "bin" / "python"
-
-
-def checkpoint_dir(root: Path, weights: str) -> Path:
-    """The Hugging Face twin of the default model's GGUF for ``weights`` (``CPU_WEIGHTS``)."""
-    return root / f"{DEFAULT_MODEL}.{CPU_WEIGHTS[weights]}-hf"
 
 
 def cpu_env(config: SGLangConfig) -> dict[str, str]:

@@ -20,17 +20,15 @@ in order.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from evalgate.engines.gguf import derived_gguf, file_sha256
+from evalgate.engines._cpu_setup import convert_once, llama_quantize, run_step
+from evalgate.engines.gguf import derived_gguf
 from evalgate.engines.sglang._cpu import CPU_WEIGHTS, checkpoint_dir, default_root, venv_python
 from evalgate.engines.sglang._diagnose import TESTED_VERSION
 from evalgate.engines.sglang._standin import standin_files
@@ -143,25 +141,6 @@ def _timed(step: Callable[[], str]) -> tuple[str, float]:
     return what, time.monotonic() - start
 
 
-def run_step(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> str:
-    """One setup command, its output on success, an InfraError with its tail otherwise."""
-    # in the venv's folder and with PYTHONSAFEPATH: run from evalgate's checkout, `python -c`
-    # would put its kernels/ folder first on sys.path, where transformers' probe for Hugging
-    # Face's `kernels` package imports it
-    env = {**os.environ, "PYTHONSAFEPATH": "1"}
-    cwd = Path(cmd[0]).parents[2] if cmd[0].endswith("/venv/bin/python") else None
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-    except subprocess.TimeoutExpired as exc:
-        raise InfraError(f"{what} took over {timeout:.0f} s", fix=fix) from exc
-    except OSError as exc:
-        raise InfraError(f"{what} could not start: {exc}", fix=fix) from exc
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout)[-3000:]
-        raise InfraError(f"{what} failed (exit {proc.returncode})", fix=fix, detail=tail)
-    return proc.stdout
-
-
 def _venv(root: Path, python: Path) -> str:
     if python.exists():
         return f"{root / 'venv'} (kept)"
@@ -223,9 +202,7 @@ def gguf_to_hf_script() -> Path:
 
 
 def _checkpoint(root: Path, python: Path, weights: str) -> str:
-    from evalgate.engines.llamacpp import find_binary  # only the install loads the llama.cpp engine
-
-    gguf = derived_gguf(weights, find_binary("llama-quantize"))
+    gguf = derived_gguf(weights, llama_quantize())
     out = checkpoint_dir(root, weights)
 
     def command(tmp: Path) -> list[str]:
@@ -248,20 +225,3 @@ def _checkpoint(root: Path, python: Path, weights: str) -> str:
         return f"{out} (kept)"
     digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()[:16]
     return f"{out} from {gguf.name} (model.safetensors sha256 {digest})"
-
-
-def convert_once(gguf: Path, out: Path, command: Callable[[Path], list[str]], *, what: str, fix: str) -> bool:
-    """Make ``out`` from ``gguf`` by running ``command(tmp)`` (a script that writes the folder ``tmp``),
-    unless ``out``'s stamp (``evalgate-source.json``: the GGUF's name and sha256) says it already
-    was; the folder appears whole or not at all. True when it converted, False when it kept ``out``."""
-    source = {"gguf": gguf.name, "sha256": file_sha256(gguf)}
-    stamp = out / "evalgate-source.json"
-    if stamp.exists() and json.loads(stamp.read_text()) == source:
-        return False
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    run_step(command(tmp), what, fix)
-    (tmp / "evalgate-source.json").write_text(json.dumps(source, indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return True

@@ -27,14 +27,17 @@ such a variant is refused before launch on a CPU that cannot execute AVX-512 or 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 from evalgate.config import VLLMConfig
+from evalgate.engines._cpu_setup import checkpoint_dir
 from evalgate.engines._gpu import package_version
 from evalgate.engines._isa import IsaReport, require_any
+from evalgate.engines._launcher import ServerHandle, WorkerSlot
 from evalgate.engines.gguf import DEFAULT_MODEL, cache_dir
-from evalgate.engines.sglang import checkpoint_dir
 from evalgate.engines.vllm._engine import VLLMEngine
 from evalgate.errors import ConfigError
 from evalgate.variants import LaunchSpec, Variant
@@ -130,6 +133,23 @@ class VLLMCPUEngine(VLLMEngine):
             **dict(spec.env),  # a variant's own env wins (and must match across the arms)
         }
         return dataclasses.replace(spec, args=tuple(args.items()), env=tuple(sorted(env.items())))
+
+    @contextlib.contextmanager
+    def launch(
+        self,
+        spec: LaunchSpec,
+        *,
+        name: str,
+        log_dir: Path,
+        port: int | None = None,
+        worker: WorkerSlot | None = None,
+    ) -> Iterator[ServerHandle]:
+        """VLLMEngine's launch; where a variant needed AVX-512 or AMX, the server's facts add what
+        the probe found (``cpu_isa``), so the run folder shows the FP8 arm ran where one executes."""
+        with super().launch(spec, name=name, log_dir=log_dir, port=port, worker=worker) as handle:
+            if self._isa is not None:
+                handle.info["cpu_isa"] = self._isa.facts()
+            yield handle
 
     def gpus_for(self, arm: str) -> str | None:
         return None  # no CUDA_VISIBLE_DEVICES: the arms run one after the other on the same cores

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from evalgate.engines._cpu_setup import checkpoint_dir, convert_once, llama_quantize, run_step
 from evalgate.engines.gguf import cache_dir, derived_gguf
-from evalgate.engines.sglang import checkpoint_dir, convert_once, run_step
 from evalgate.engines.vllm._cpu import default_root, venv_python, w4a16_dir
 from evalgate.errors import InfraError
 
@@ -105,9 +105,7 @@ def _checkpoint() -> str:
 
 
 def _w4a16(root: Path) -> str:
-    from evalgate.engines.llamacpp import find_binary  # only the install loads the llama.cpp engine
-
-    gguf = derived_gguf("int4", find_binary("llama-quantize"))
+    gguf = derived_gguf("int4", llama_quantize())
     out = w4a16_dir(root)
     sglang = cache_dir() / "sglang-cpu"
     twin, python = checkpoint_dir(sglang, "int4"), sglang / "venv" / "bin" / "python"

@@ -1,4 +1,5 @@
-"""KV-cache capacity per arm, compared (pure functions).
+"""KV-cache capacity per arm, compared (pure functions): what the run folder's arms recorded
+(``server.capacity``, ``throughput.json``), read back as the candidate's ratio to the baseline.
 
 A quantized KV cache or smaller weights buy room for more tokens, which is throughput a latency
 sweep on an idle server does not show. Each engine states its pool once at startup, and its own

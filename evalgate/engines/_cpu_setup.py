@@ -1,0 +1,70 @@
+"""What the two CPU engines' setups share (``evalgate setup --sglang-cpu`` and ``--vllm-cpu``):
+one setup command run with its output tail on failure (``run_step``), a GGUF converted to a
+folder once per GGUF (``convert_once``), the default model's Hugging Face twins of its GGUFs
+(``checkpoint_dir``, which both engines serve) and llama.cpp's quantizer that makes those GGUFs.
+Both engine packages import it; neither imports the other (``tests/test_imports.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from evalgate.engines.gguf import DEFAULT_MODEL, file_sha256
+from evalgate.errors import InfraError
+
+__all__ = ["CPU_WEIGHTS", "checkpoint_dir", "convert_once", "llama_quantize", "run_step"]
+
+CPU_WEIGHTS = {"bf16": "F16", "int4": "Q4_0"}
+"""Weights precision -> the GGUF (``evalgate.engines.gguf.GGUF_TYPES``) whose Hugging Face twin serves it."""
+
+
+def checkpoint_dir(root: Path, weights: str) -> Path:
+    """The Hugging Face twin of the default model's GGUF for ``weights`` (``CPU_WEIGHTS``)."""
+    return root / f"{DEFAULT_MODEL}.{CPU_WEIGHTS[weights]}-hf"
+
+
+def llama_quantize() -> Path:
+    """llama.cpp's ``llama-quantize``, which makes the GGUFs the twins are converted from."""
+    from evalgate.engines.llamacpp import find_binary  # only a setup loads the llama.cpp engine
+
+    return find_binary("llama-quantize")
+
+
+def run_step(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> str:
+    """One setup command, its output on success, an InfraError with its tail otherwise."""
+    # in the venv's folder and with PYTHONSAFEPATH: run from evalgate's checkout, `python -c`
+    # would put its kernels/ folder first on sys.path, where transformers' probe for Hugging
+    # Face's `kernels` package imports it
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    cwd = Path(cmd[0]).parents[2] if cmd[0].endswith("/venv/bin/python") else None
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        raise InfraError(f"{what} took over {timeout:.0f} s", fix=fix) from exc
+    except OSError as exc:
+        raise InfraError(f"{what} could not start: {exc}", fix=fix) from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout)[-3000:]
+        raise InfraError(f"{what} failed (exit {proc.returncode})", fix=fix, detail=tail)
+    return proc.stdout
+
+
+def convert_once(gguf: Path, out: Path, command: Callable[[Path], list[str]], *, what: str, fix: str) -> bool:
+    """Make ``out`` from ``gguf`` by running ``command(tmp)`` (a script that writes the folder ``tmp``),
+    unless ``out``'s stamp (``evalgate-source.json``: the GGUF's name and sha256) says it already
+    was; the folder appears whole or not at all. True when it converted, False when it kept ``out``."""
+    source = {"gguf": gguf.name, "sha256": file_sha256(gguf)}
+    stamp = out / "evalgate-source.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == source:
+        return False
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    run_step(command(tmp), what, fix)
+    (tmp / "evalgate-source.json").write_text(json.dumps(source, indent=2) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return True
