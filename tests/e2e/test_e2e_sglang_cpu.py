@@ -85,7 +85,8 @@ PAIRS = {
     ),
     "int4": ("--baseline", "bf16", "--candidate", "int4", "--suites", "arc_easy,drift"),
 }
-PAIR_FLAGS = ("--limit", str(LIMIT), "--skip-kernel-check")
+PAIR_FLAGS = ("--limit", str(LIMIT), "--skip-kernel-check", "--suite-opt", "drift.decode_tokens=16")
+# 16 greedy decode steps per drift document: SGLang's CPU decode costs ~170 ms a step (docs/measurements.md)
 Pair = tuple[int, Path, float, str]
 
 
@@ -139,8 +140,12 @@ def test_aa_bf16_passes_on_real_sglang(pairs: dict[str, Pair]) -> None:
             assert len(lines) == LIMIT and all(json.loads(line)["error"] is None for line in lines)
     v = json.loads((run / "verdict.json").read_text())
     assert v["verdict"] == "PASS"
-    kld = drift_row(v, "kld")  # #30: the A/A pair's drift on the real server, within the budget
-    assert kld["n"] == LIMIT and kld["status"] == "pass" and kld["estimate"] < 1e-3, kld
+    # #30, #42: the A/A pair's drift on the real server, within the budget on every row (a row of
+    # documents identical on both arms is UNDERPOWERED, with no bound: nothing differs to size it)
+    rows = [r for r in v["drift"][0]["rows"] if r["pair"] == "candidate" and r["measure"] == "kld"]
+    assert {r["path"] for r in rows} == {"prefill", "decode"}, rows
+    assert all(r["status"] in ("pass", "underpowered") and r["estimate"] < 1e-3 for r in rows), rows
+    assert drift_row(v, "kld")["n"] == LIMIT
 
 
 def drift_row(verdict: dict, measure: str) -> dict:
