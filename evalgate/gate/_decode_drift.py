@@ -45,20 +45,16 @@ def greedy_klds(b: Greedy, c: Greedy) -> tuple[np.ndarray, np.ndarray, int | Non
     part = next((i for i in range(n) if b.ids[i] != c.ids[i]), None)
     shared = n if part is None else part
     forced = [(b.ids[i], b.lp[i], c.lp[i]) for i in range(shared)]
-    kls = [stats.position_klds(b.top[:shared], c.top[:shared], forced=forced)] if shared else []
-    same = [_same_top1(b.top[:shared], c.top[:shared])] if shared else []
+    kls, same = [], []
+    if shared:
+        klds, agree = stats.position_drift(b.top[:shared], c.top[:shared], forced=forced)
+        kls, same = [klds], [agree]
     if part is not None:
         kls.append(stats.position_klds(b.top[part : part + 1], c.top[part : part + 1]))
         same.append(np.zeros(1, dtype=bool))
     if not kls:
         return np.zeros(0), np.zeros(0, dtype=bool), part
     return np.concatenate(kls), np.concatenate(same), part
-
-
-def _same_top1(
-    b: Sequence[Sequence[tuple[int, float]]], c: Sequence[Sequence[tuple[int, float]]]
-) -> np.ndarray:
-    return np.array([stats.top1_same(pb, pc) for pb, pc in zip(b, c, strict=True)], dtype=bool)
 
 
 def bucket_sums(kls: Sequence[np.ndarray]) -> list[tuple[int, list[float], list[float]]]:

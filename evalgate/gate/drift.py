@@ -207,9 +207,10 @@ def _rows(
     if pairs and all("tokens" in p.baseline.metrics for p in pairs):  # live: distributions recorded
         forced = [(forced_of(p.baseline), forced_of(p.candidate)) for p in pairs]
         path = forced[0][0].path
-        docs = [stats.position_klds(b.top, c.top, forced=_forced(b, c)) for b, c in forced]
+        compared = [stats.position_drift(b.top, c.top, forced=_forced(b, c)) for b, c in forced]
+        docs = [klds for klds, _ in compared]
         kls = [[float(v) for v in doc] for doc in docs]
-        same = sum(int(stats.document_drift(b.top, c.top).top1_same) for b, c in forced)
+        same = sum(int(agree.sum()) for _, agree in compared)
         rows.append(row("kld", "tokens", [math.fsum(d) for d in kls], [float(len(d)) for d in kls],
                         budget and budget.kld, path=path))  # fmt: skip
         rows.append(_agree_row(suite, pair_name, len(pairs), sum(len(d) for d in kls), same, path))

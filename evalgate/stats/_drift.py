@@ -70,6 +70,14 @@ def position_klds(
     return _compare(base_positions, cand_positions, forced=forced)[0]
 
 
+def position_drift(
+    base_positions: Sequence[TopList], cand_positions: Sequence[TopList], *, forced: Forced | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(``position_klds``, whether both arms' most likely token is the same) at every position, in
+    one pass: the gate needs both per document, and computing each apart read the lists twice."""
+    return _compare(base_positions, cand_positions, forced=forced)
+
+
 def position_kld(p_top: TopList, q_top: TopList, *, forced: Sequence[float] | None = None) -> float:
     """A lower bound on KL(P || Q) in nats at one position, P the baseline's and Q the candidate's
     top-k lists of (token id, logprob), each its server's true top-k.

@@ -48,7 +48,7 @@ from evalgate.engines._decoding import check_decoded
 from evalgate.engines._scoring import invalid, parsing
 from evalgate.engines.api import Decoded
 
-__all__ = ["NAN_FINISH", "decode_payload", "read_decoded"]
+__all__ = ["NAN_FINISH", "answered_positions", "decode_payload", "read_decoded"]
 
 NAN_FINISH = "NaN happened"
 """The ``matched`` of the finish SGLang gives a step whose sampled id fell outside the vocabulary."""
@@ -73,6 +73,15 @@ def decode_payload(prompt: Sequence[int], *, max_tokens: int, top_k: int) -> dic
     }
 
 
+def answered_positions(entries: Sequence[Any], tops: Sequence[Any]) -> list[tuple[Any, Any, Any]]:
+    """SGLang's ``[logprob, id, text]`` entries and their top lists as ``check_positions`` takes them:
+    (id, logprob, [(id, logprob), ...]) per position; the prompt's and the output's alike."""
+    return [
+        (entry[1], entry[0], None if top is None else [(t[1], t[0]) for t in top])
+        for entry, top in zip(entries, tops, strict=True)
+    ]
+
+
 def read_decoded(out: Any, *, max_tokens: int, top_k: int, server: str = "SGLang") -> Decoded:
     """The generation in one ``/generate`` result (module docstring): ``output_ids`` (or, from a
     server that leaves them out, the ids of ``output_token_logprobs``), each token's entry and top
@@ -91,10 +100,7 @@ def read_decoded(out: Any, *, max_tokens: int, top_k: int, server: str = "SGLang
                 f"returned {len(entries)} output logprobs and {len(tops)} top lists for {len(tokens)} "
                 "generated tokens (an SGLang that ignores top_logprobs_num: upgrade SGLang)",
             )
-        answered = [
-            (entry[1], entry[0], None if top is None else [(t[1], t[0]) for t in top])
-            for entry, top in zip(entries, tops, strict=True)
-        ]
+        answered = answered_positions(entries, tops)
         finish = meta.get("finish_reason")
         kind = finish.get("type") if isinstance(finish, dict) else finish
         if isinstance(finish, dict) and finish.get("matched") == NAN_FINISH:

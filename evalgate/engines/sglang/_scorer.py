@@ -53,7 +53,7 @@ from evalgate.engines._scoring import (
 )
 from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed
-from evalgate.engines.sglang._decode import decode_payload, read_decoded
+from evalgate.engines.sglang._decode import answered_positions, decode_payload, read_decoded
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
 
@@ -310,8 +310,5 @@ def read_positions(out: Any, forced: list[int], *, top_k: int, server: str = "SG
                 f"returned {len(entries)} prompt logprobs and {len(tops)} top lists for {len(forced)} "
                 "forced tokens (an SGLang that ignores logprob_start_len or top_logprobs_num: upgrade SGLang)",
             )
-        answered = [
-            (entry[1], entry[0], None if top is None else [(t[1], t[0]) for t in top])
-            for entry, top in zip(entries, tops, strict=True)
-        ]
+        answered = answered_positions(entries, tops)
     return check_positions(answered, forced, server, top_k=top_k)
