@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalgate.config import LlamaCppConfig
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.client import RetryPolicy
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.suites import SuiteOptions, default_registry
@@ -98,7 +99,7 @@ def time_setting(  # type: ignore[no-untyped-def]
         engine = LlamaCppEngine(settings)
         spec = engine.launch_spec(parse_variant("bf16"))
         policy = engine.wait_policy
-        with engine.launch(spec, name="bench", log_dir=log_dir) as handle:
+        with engine.launch(spec, LaunchSlot("bench", log_dir)) as handle:
             handle.retry = RetryPolicy(timeout_s=engine.request_timeout_s())  # as evalgate compare
             # one warm-up item outside the timing: first-request allocations are not the workload
             asyncio.run(_workload(engine, handle, items[:1], suite, options))

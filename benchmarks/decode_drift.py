@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from evalgate import stats
+from evalgate.engines.api import LaunchSlot
 from evalgate.gate.drift import DEFAULT_KLD_BUDGET
 from evalgate.gate.verdict import RunData
 from evalgate.store.drift_records import forced_of, greedy_of
@@ -72,7 +73,7 @@ def cost(args: argparse.Namespace) -> None:
     engine = get_engine(args.engine, cfg)
     docs = list(_documents(str(Path(args.data_dir) / "gsm8k/train.jsonl")))[: args.docs]
     spec = engine.launch_spec(parse_variant("bf16"))
-    with tempfile.TemporaryDirectory() as logs, engine.launch(spec, name="baseline", log_dir=Path(logs)) as h:
+    with tempfile.TemporaryDirectory() as logs, engine.launch(spec, LaunchSlot("baseline", Path(logs))) as h:
         scorer = engine.scorer(h)
 
         async def go() -> dict[str, list[float]]:

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evalgate.errors import ConfigError
+from evalgate.errors import ConfigError, invalid_input
 from evalgate.variants import Variant, parse_variant, variant_from_config
 
 if sys.version_info >= (3, 11):
@@ -340,10 +340,9 @@ def load_config(path: Path | None) -> EvalgateConfig:
     try:
         return EvalgateConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(
-            f"{path}: {where}: {first['msg']}",
+        raise invalid_input(
+            exc,
+            at=lambda where: f"{path}: {where}",
             fix="see docs/reference/config.md (every section and key) or the example at the top of evalgate/config.py",
         ) from exc
 

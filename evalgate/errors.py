@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 __all__ = [
     "ConfigError",
     "EvalgateError",
     "InfraError",
+    "Invalid",
     "InvalidResponse",
     "ItemErrors",
     "PreflightError",
     "ServerDied",
     "ServerStartError",
+    "first_invalid",
+    "invalid_input",
 ]
 
 
@@ -66,3 +76,29 @@ class InvalidResponse(PreflightError):
 
 class ItemErrors(InfraError):
     """Some items failed after retries; scoring them would be a silent wrong score."""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """The first thing pydantic refused in a document or a set of flags."""
+
+    where: str
+    """Its dotted location (``suites.gsm8k.n``), or ``(top level)``."""
+    msg: str
+    """pydantic's words for it."""
+    kind: str
+    """pydantic's error type (``extra_forbidden``, ``missing``...), for rules keyed on it."""
+
+
+def first_invalid(exc: ValidationError) -> Invalid:
+    """The first of ``exc``'s errors: the one a user fixes first (the rest are often its echo)."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return Invalid(where, first["msg"], first["type"])
+
+
+def invalid_input(exc: ValidationError, *, at: Callable[[str], str], fix: str) -> ConfigError:
+    """``exc`` as the exit-2 error every reader of user input raises: ``at(where)`` names the
+    file, flag or option and the key, pydantic's message follows, ``fix`` says what to do."""
+    first = first_invalid(exc)
+    return ConfigError(f"{at(first.where)}: {first.msg}", fix=fix)

@@ -21,10 +21,12 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from evalgate.arms import DEFAULT_AA_ITEMS, AaValue
 from evalgate.config import MAX_DEADLINE_S, MAX_TIMEOUT_S, MAX_TRIES, path_kind
 from evalgate.engines import EngineName
 from evalgate.errors import ConfigError
 from evalgate.redact import redact_url
+from evalgate.store.provenance import parse_expect
 
 __all__ = [
     "DEFAULT_SUITES",
@@ -69,6 +71,7 @@ class Flag:
     """The flag, when it is not the field's name (``--suite-opt`` for ``suite_options``)."""
     parse: Callable[[Sequence[str]], Any] | None = None
     """Turns the repeated flag's strings into the field's value."""
+    bare: str | None = None  # the value of the flag given alone (--aa is --aa baseline)
 
 
 def parse_suite_opts(values: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -171,6 +174,7 @@ class CompareRequest(BaseModel):
     allow_diff: Annotated[tuple[str, ...], Flag(metavar="KEY", listed="append")] = Field(
         (), description="allow this launch setting to differ between the arms (recorded in the report)"
     )
+    expect: Annotated[dict[str, dict[str, str]], Flag(metavar="ARM.FACT=VALUE", listed="append", parse=parse_expect)] = Field(default_factory=dict, description="what an arm's server must report it runs, e.g. candidate.kv_cache_dtype=fp8_e4m3 (facts: evalgate.store.provenance.FIELDS); a mismatch, or a fact the server does not report, is exit 2 before the arm's first item")  # fmt: skip
     resume: Annotated[Path | None, Flag(metavar="RUN"), SkipJsonSchema()] = Field(
         None,
         exclude=True,
@@ -212,10 +216,8 @@ class CompareRequest(BaseModel):
     errors_as_wrong: bool = Field(
         False, description="score items that failed after retries as wrong instead of ending with exit 3"
     )
-    aa: bool = Field(
-        False,
-        description="also run the baseline a second time: measures the noise floor and sets the flip budget",
-    )
+    aa: Annotated[AaValue, Flag(metavar="baseline|both", bare="baseline", default_text="off; a bare --aa: baseline")] = Field(None, description="baseline: also run the baseline a second time (every item): measures the noise floor and sets the flip budget; both: also run the candidate a second time on --aa-items items per suite, and say when the candidate repeats its own output less often than the baseline")  # fmt: skip
+    aa_items: Annotated[int | None, Flag(metavar="N", default_text=str(DEFAULT_AA_ITEMS))] = Field(None, description="--aa both: the candidate's repeat runs the first N items of each suite (all if fewer)")  # fmt: skip
     agreement_gate: bool = Field(True, description="also block when more answers flip than the budget allows")
     flip_budget: Annotated[float | None, Flag(default_text="A/A + 0.03 with --aa, else 0.05")] = Field(
         None, description="tolerated flip rate"
@@ -342,16 +344,11 @@ def check_request(req: CompareRequest) -> None:
         f"--repeats {req.repeats} with greedy decoding would send the same request {req.repeats} times",
         "add a sampling temperature, e.g. --temperature 0.7, or drop --repeats",
     )
-    need(
-        req.top_p is None or 0 < req.top_p <= 1,
-        f"--top-p {_g(req.top_p)} is not in (0, 1]",
-        "e.g. 0.95; omit it for the engine's default",
-    )
-    need(
-        req.min_p is None or 0 <= req.min_p < 1,
-        f"--min-p {_g(req.min_p)} is not in [0, 1)",
-        "e.g. 0.05; omit it for the engine's default",
-    )
+    for flag, p, inside, span, fix in (
+        ("--top-p", req.top_p, lambda v: 0 < v <= 1, "(0, 1]", "e.g. 0.95; omit it for the engine's default"),
+        ("--min-p", req.min_p, lambda v: 0 <= v < 1, "[0, 1)", "e.g. 0.05; omit it for the engine's default"),
+    ):
+        need(p is None or inside(p), f"{flag} {_g(p)} is not in {span}", fix)
     kind = "does not exist" if req.out is None else path_kind(req.out).replace("a regular file", "a file")
     need(
         req.resume is not None or kind in ("does not exist", "is a directory"),

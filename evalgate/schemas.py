@@ -7,10 +7,12 @@ manifest.json          ``evalgate.store.manifest.Manifest`` (schema 2)    manife
 items/*.jsonl lines    ``evalgate.store.records.Record`` (schema 1)       record.schema.json
 verdict.json           ``evalgate.gate.Verdict`` (schema 1)         verdict.schema.json
 throughput.json        ``evalgate.throughput.ThroughputDoc`` (1)    throughput.schema.json
+probe.json             ``evalgate.store.probe_report.ProbeReport`` (2)  probe.schema.json
 =====================  ===========================================  ============================
 
 A record's ``extra`` and an arm's ``server`` are open sections typed in ``evalgate.store.facts``
-(``RecordExtra``, ``ServerFacts``): every key evalgate writes is documented, other keys are kept.
+(``RecordExtra``, ``ServerFacts``): every key evalgate writes is a documented field (an unknown
+key is refused when written), and keys a file holds that are not fields are kept when read.
 
 The files live in docs/schemas/. After changing a model, regenerate them::
 
@@ -33,6 +35,7 @@ from pydantic import TypeAdapter
 
 from evalgate.gate import Verdict
 from evalgate.store.manifest import Manifest
+from evalgate.store.probe_report import ProbeReport
 from evalgate.store.records import Record
 from evalgate.throughput import ThroughputDoc
 
@@ -43,6 +46,7 @@ DOCUMENTS: dict[str, Any] = {
     "record": Record,
     "verdict": Verdict,
     "throughput": ThroughputDoc,
+    "probe": ProbeReport,
 }
 FOLDER = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

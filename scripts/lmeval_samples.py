@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalgate.config import LlamaCppConfig
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.store.manifest import load_manifest
 from evalgate.suites import SuiteOptions, default_registry
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.limit
             else []
         )
-        with engine.launch(spec, name=args.variant, log_dir=Path(tmp) / "logs") as handle:
+        with engine.launch(spec, LaunchSlot(args.variant, Path(tmp) / "logs")) as handle:
             cmd = [
                 sys.executable, "-m", "evalgate.lmeval", "run", "--model", "evalgate",
                 "--model_args", f"base_url={handle.base_url},concurrency={engine.slots}",

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import lm_eval
 
 from evalgate.config import LlamaCppConfig
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.variants import parse_variant
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = engine.launch_spec(parse_variant(args.variant))
     with tempfile.TemporaryDirectory() as tmp:
         write_task(Path(tmp), args.data_dir, args.docs)
-        with engine.launch(spec, name=args.variant, log_dir=Path(tmp) / "logs") as handle:
+        with engine.launch(spec, LaunchSlot(args.variant, Path(tmp) / "logs")) as handle:
             cmd = [
                 sys.executable, "-m", "evalgate.lmeval", "run", "--model", "evalgate",
                 "--model_args", f"base_url={handle.base_url},concurrency={engine.slots}",

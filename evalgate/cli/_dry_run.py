@@ -16,6 +16,7 @@ import shlex
 from rich.console import Console
 from rich.markup import escape
 
+from evalgate.arms import DEFAULT_AA_ITEMS
 from evalgate.config import EvalgateConfig
 from evalgate.redact import MASK, is_secret_key
 from evalgate.request import CompareRequest
@@ -84,5 +85,16 @@ def _settings(settled: Settled) -> list[str]:
     if req.sequential:
         lines.append(
             f"sequential: items in a recorded shuffled order, chunks of {req.chunk or DEFAULT_CHUNK}"
+        )
+    if req.aa:
+        both = req.aa == "both"
+        lines.append(
+            "aa: the baseline runs a second time on every item (the flip budget's noise floor)"
+            + (
+                f"; the candidate a second time on the first {req.aa_items or DEFAULT_AA_ITEMS} items of each suite "
+                "(its own noise, shown beside the baseline's)"
+                if both
+                else ""
+            )
         )
     return lines

@@ -72,6 +72,8 @@ def add_model_flags(
             kw["action"] = "append"
         elif get_origin(kind) is Literal:
             kw["choices"] = list(get_args(kind))
+            if flag.bare is not None:  # --aa alone is --aa baseline
+                kw["nargs"], kw["const"] = "?", flag.bare
         elif kind in (int, float, Path):
             kw["type"] = kind
         parser.add_argument(flag_name(name, info), **kw)

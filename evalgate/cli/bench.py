@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evalgate.config import load_config
+from evalgate.engines.api import LaunchSlot
 from evalgate.errors import ConfigError
 from evalgate.request import CompareRequest
 from evalgate.run.settle import settle
@@ -189,7 +190,7 @@ def _launch_and_measure(
         header["host"] = settled.host
     header.update({"engine": engine.name, "engine_version": engine.version()})
     for arm, spec in specs.items():
-        with engine.launch(spec, name=arm, log_dir=out / "logs") as handle:
+        with engine.launch(spec, LaunchSlot(arm, out / "logs")) as handle:
             console.print(
                 f"[bold]{arm}[/] {variants[arm]} on {engine.name}: sweeping levels "
                 f"{','.join(map(str, settings.levels))}"

@@ -21,7 +21,7 @@ from rich.markup import escape
 from evalgate.cli._dry_run import dry_run
 from evalgate.cli._flags import add_model_flags, flag_name, typed_values
 from evalgate.config import load_config
-from evalgate.errors import ConfigError, InfraError
+from evalgate.errors import ConfigError, InfraError, invalid_input
 from evalgate.gate.kernel_check import kernel_check_for, kernel_failures
 from evalgate.lmeval.samples import import_samples
 from evalgate.redact import MASK, redact_url
@@ -162,14 +162,14 @@ def _request(values: dict[str, Any]) -> CompareRequest:
     try:
         return CompareRequest(**values)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        name = str(first["loc"][0]) if first["loc"] else ""
-        flag = (
-            flag_name(name, CompareRequest.model_fields[name])
-            if name in CompareRequest.model_fields
-            else name
-        )
-        raise ConfigError(f"{flag}: {first['msg']}", fix="see `evalgate compare --help`") from exc
+        raise invalid_input(exc, at=_flag_of, fix="see `evalgate compare --help`") from exc
+
+
+def _flag_of(where: str) -> str:
+    """The flag a request field's error is about (``suite_options.x.y`` -> ``--suite-opt``)."""
+    name = where.split(".")[0]
+    field = CompareRequest.model_fields.get(name)
+    return flag_name(name, field) if field is not None else where
 
 
 def _differs(typed: Any, recorded: Any) -> bool:

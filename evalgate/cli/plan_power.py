@@ -13,8 +13,8 @@ from rich.table import Table
 
 from evalgate.config import read_text, require_regular_file
 from evalgate.errors import ConfigError
-from evalgate.gate import POLICIES, parse_margin, plan_power
-from evalgate.request import DEFAULT_SUITES, MIN_ALPHA
+from evalgate.gate import POLICIES, PlanRow, parse_margin, plan_power
+from evalgate.request import DEFAULT_SUITES, MIN_ALPHA, parse_context_lengths
 from evalgate.suites import SuiteOptions, default_registry
 
 __all__ = ["add_parser", "run"]
@@ -35,6 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--from", dest="from_dir", metavar="RUN_DIR", type=Path,
         help="take each suite's flip rate from a run's verdict.json (its A/A rows when it ran with --aa)",
     )  # fmt: skip
+    p.add_argument(
+        "--context-lengths", metavar="1k,2k,...",
+        help="long_context's lengths (k = 1024): over two or more, its longest-length row is gated and "
+        "planned too (default: 1k,2k,4k)",
+    )  # fmt: skip
     p.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate")
     p.add_argument("--power", type=float, default=0.8)
     p.add_argument("--policy", choices=POLICIES, default="difference")
@@ -52,6 +57,12 @@ MIN_MDE = 0.001
 and at 1e-300 the item count is no number at all."""
 
 
+GRADED = "graded: each differing item counted as a whole-range change"
+"""What a graded (sign-flip) row's plan assumes: its share of differing items taken as a flip rate,
+as if each differed by the metric's whole range (a per-item mean under --repeats, an F1), which
+is the binary model; smaller differences would need fewer items."""
+
+
 def _rates(run_dir: Path | None, names: list[str], default: float | None) -> dict[str, tuple[float, str]]:
     if run_dir is None:
         rate = 0.05 if default is None else default
@@ -60,7 +71,13 @@ def _rates(run_dir: Path | None, names: list[str], default: float | None) -> dic
         }
     path = Path(run_dir) / "verdict.json"
     require_regular_file(path, "--from", fix="--from takes a run folder that has a verdict.json")
-    aa, cand = _flips(path, "aa"), _flips(path, "suites")
+    doc = _verdict(path)
+    aa, cand = _flips(doc, path, "aa"), _flips(doc, path, "suites")
+    graded = {
+        r.get("suite")
+        for r in doc.get("suites") or []
+        if isinstance(r, dict) and r.get("test") == "sign-flip"
+    }
     out = {}
     for s in names:
         if s in aa:
@@ -69,25 +86,52 @@ def _rates(run_dir: Path | None, names: list[str], default: float | None) -> dic
             out[s] = (float(cand[s]), f"candidate of {run_dir.name} (no A/A)")
         else:
             out[s] = (0.05 if default is None else default, "not in that run: default")
+        if s in graded:
+            out[s] = (out[s][0], f"{out[s][1]}; graded (see below)")
     return out
 
 
-def _flips(path: Path, key: str) -> dict[str, float]:
-    """Each primary row's flip rate under ``key``, from a verdict.json evalgate wrote; anything
-    else (not JSON, not an object, a row without a suite or a rate in [0, 1]) is refused."""
+def _longest_rates(run_dir: Path | None, names: list[str]) -> dict[str, tuple[float, str]]:
+    """Each long-context suite's flip rate at its longest length, from a run's ``lengths`` rows."""
+    if run_dir is None:
+        return {}
+    doc = _verdict(Path(run_dir) / "verdict.json")
+    out = {}
+    for section in doc.get("lengths") or []:
+        rows = section.get("rows") if isinstance(section, dict) else None
+        if section.get("suite") in names and isinstance(rows, list) and rows and isinstance(rows[-1], dict):
+            rate = rows[-1].get("flip_rate")
+            if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1:
+                at = rows[-1].get("context_length")
+                out[section["suite"]] = (float(rate), f"candidate of {Path(run_dir).name} at {at} tokens")
+    return out
 
-    def refuse(what: str) -> ConfigError:
-        return ConfigError(
-            f"--from {path} {what}, so it is no verdict.json evalgate wrote",
-            fix="give the folder of a finished `evalgate compare` run, or --flip-rate",
-        )
 
+def _verdict(path: Path) -> dict[str, Any]:
+    """A verdict.json evalgate wrote, as a JSON object; anything else is refused."""
     try:
         doc: Any = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
-        raise refuse(f"is not JSON ({exc.msg}, line {exc.lineno})") from None
+        raise _refuse(path, f"is not JSON ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(doc, dict):
-        raise refuse(f"holds a JSON {type(doc).__name__}, not an object")
+        raise _refuse(path, f"holds a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def _refuse(path: Path, what: str) -> ConfigError:
+    return ConfigError(
+        f"--from {path} {what}, so it is no verdict.json evalgate wrote",
+        fix="give the folder of a finished `evalgate compare` run, or --flip-rate",
+    )
+
+
+def _flips(doc: dict[str, Any], path: Path, key: str) -> dict[str, float]:
+    """Each primary row's flip rate under ``key``, from a verdict.json evalgate wrote; anything
+    else (a row without a suite or a rate in [0, 1]) is refused."""
+
+    def refuse(what: str) -> ConfigError:
+        return _refuse(path, what)
+
     rows = doc.get(key) or []
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise refuse(f"has {key!r} that is not a list of rows")
@@ -125,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.flip_rate is not None and not 0 <= args.flip_rate <= 1:
         raise ConfigError(f"--flip-rate {args.flip_rate} is not a rate", fix="e.g. --flip-rate 0.05")
-    reg, options = default_registry(), SuiteOptions(data_dir=args.data_dir)
+    reg = default_registry()
+    asked = parse_context_lengths(args.context_lengths) if args.context_lengths is not None else ()
+    options = SuiteOptions(data_dir=args.data_dir, context_lengths=asked)
     names = [s.strip() for s in args.suites.split(",") if s.strip()]
     if not names:
         raise ConfigError(
@@ -137,8 +183,11 @@ def run(args: argparse.Namespace) -> int:
             fix="give the folder that holds the benchmark data, or drop --data-dir (sizes unknown)",
         )
     suites: dict[str, tuple[str, int | None]] = {}
+    lengths: dict[str, tuple[int, ...]] = {}
     for name in names:  # a drift suite counts in the family (its budget rows) but has no row here
         suite = reg.get(name)
+        if suite.plans_lengths:  # long context: its longest-length row is gated too
+            lengths[name] = tuple(suite.lengths(options))  # type: ignore[attr-defined]
         size: int | None = None
         if args.data_dir is not None:  # never the Hub: planning needs no download
             try:
@@ -152,9 +201,15 @@ def run(args: argparse.Namespace) -> int:
             "bootstrapped over documents)",
             fix="name an accuracy suite beside it, e.g. --suites gsm8k,drift",
         )
+    if args.context_lengths and not lengths:
+        raise ConfigError(
+            "--context-lengths sets long_context's lengths, and --suites does not include it",
+            fix="add long_context to --suites, or drop --context-lengths",
+        )
     tests, rows = plan_power(
         suites, mde=mde, flip_rates=_rates(args.from_dir, names, args.flip_rate), alpha=args.alpha,
-        power=args.power, policy=args.policy, agreement_gate=args.agreement_gate,
+        power=args.power, policy=args.policy, agreement_gate=args.agreement_gate, lengths=lengths,
+        longest_rates=_longest_rates(args.from_dir, list(lengths)),
     )  # fmt: skip
     console = Console(width=None if Console().is_terminal else 140)
     level = rows[0].level if rows else args.alpha
@@ -177,12 +232,68 @@ def run(args: argparse.Namespace) -> int:
         "whole suite detects",
         "flip rate from",
     ):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "suite")
     for r in rows:
         have = "unknown (--data-dir)" if r.available is None else str(r.available)
         if r.available is not None and r.available < r.needed:
             have += " (too few)"
         detects = "-" if r.mde_available is None else f"{r.mde_available * 100:.1f} pt"
-        table.add_row(r.suite, f"{r.flip_rate:.1%}", str(r.needed), have, detects, r.flip_source)
+        name = r.suite if r.longest is None else f"{r.suite} longest ({r.longest} tokens)"
+        table.add_row(name, f"{r.flip_rate:.1%}", str(r.needed), have, detects, r.flip_source)
     console.print(table)
+    for line in assumptions(
+        rows, lengths, alpha=args.alpha, power=args.power, policy=args.policy, tests=tests
+    ):
+        console.print(line, soft_wrap=True)
     return 0
+
+
+def assumptions(
+    rows: list[PlanRow],
+    lengths: dict[str, tuple[int, ...]],
+    *,
+    alpha: float,
+    power: float,
+    policy: str,
+    tests: int,
+) -> list[str]:
+    """What the items needed and the MDE ("whole suite detects") assume, in words."""
+    if not rows:
+        return []
+    sided = "two-sided" if policy == "difference" else "one-sided"
+    level = rows[0].level
+    at = f"alpha {level:.2g}" if policy == "non-inferiority" else f"alpha {alpha:g}/{tests} = {level:.2g}"
+    change = (
+        "nothing else changes, and the items needed show the lower bound above -margin (--mde)"
+        if policy == "non-inferiority"
+        else "a change of --mde comes on top of it, all one way (Connor 1987, the model a run's MDE uses)"
+    )
+    out = [
+        f"assumes: each suite's flip rate (the share of items whose answer changes without any real change: "
+        f"the discordant share the pilot run under 'flip rate from' showed, or the default) stays, {change}; "
+        f"independent items; {sided} {at} for each suite's row; {power:.0%} power"
+    ]
+    if any(r.longest is not None for r in rows):
+        out.append(
+            "longest-length rows: one-sided (the candidate worse) at the same level, on the items of the longest "
+            "length alone; long_context's --limit is items per length, so it needs the larger of that row's items "
+            "and its pooled row's divided by the lengths: "
+            + ", ".join(_per_length(s, rows, len(set(ls))) for s, ls in lengths.items() if len(set(ls)) >= 2)
+        )
+    if policy == "non-inferiority" and any(len(set(ls)) >= 2 for ls in lengths.values()):
+        out.append(
+            "non-inferiority: a long-context suite's longest-length row only blocks on a loss beyond the margin; "
+            "it is counted in the family, not sized"
+        )
+    if any("graded (see below)" in r.flip_source for r in rows):
+        out.append(
+            f"{GRADED}: a graded suite's (sign-flip) plan takes its share of differing items as a flip rate; "
+            "a run sizes it from the spread of its per-item differences instead (stats.mde_mean)"
+        )
+    return out
+
+
+def _per_length(suite: str, rows: list[PlanRow], count: int) -> str:
+    pooled = next((r.needed for r in rows if r.suite == suite and r.longest is None), 0)
+    longest = next((r.needed for r in rows if r.suite == suite and r.longest is not None), 0)
+    return f"{suite} --limit {max(longest, -(-pooled // count))} ({count} lengths)"

@@ -1,10 +1,19 @@
 """Engines: how each inference server is launched and scored. Chosen by name, never by scanning.
 
 The contract is ``api`` (``Engine``, ``Scorer``); each engine is one package holding its launch,
-scorer, diagnosis and capacity code: ``llamacpp``, ``sglang``, ``vllm``, and ``attach`` for
-servers that are already running. ``fake`` is the loop's scripted test double, which a test
-registers by name (``register_engine``) for as long as it runs. An engine takes its section of
-evalgate.toml as it is (``LlamaCppConfig``, ``SGLangConfig``, ``VLLMConfig``).
+scorer, diagnosis and capacity code: ``llamacpp``, ``sglang``, ``vllm``, ``attach`` for servers
+that are already running, and ``gateway``, which puts N servers of any of them behind one smg
+per arm (``workers = N`` in the engine's section). ``fake`` is the loop's scripted test double,
+which a test registers by name (``register_engine``) for as long as it runs. An engine takes its
+section of evalgate.toml as it is (``LlamaCppConfig``, ``SGLangConfig``, ``VLLMConfig``).
+
+How to add one: write ``engines/<name>/`` with an ``Engine`` and a ``Scorer`` that name the
+protocols of ``api`` as their bases (a call only some engines need has its default there, so
+override only what differs); add the name to ``EngineName``, its config section to
+``evalgate.config`` and a factory to ``REGISTRY`` below (through ``_arms_of``, so ``workers``
+works); then ``tests/engines/test_contract.py`` builds it and checks every declared call. Read
+the server's own source for what it answers before relying on it, and record what it reports
+about itself in the manifest (``store.manifest.ServerFacts``).
 """
 
 from __future__ import annotations

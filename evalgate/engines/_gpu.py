@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from evalgate.arms import original
 from evalgate.config import GPUConfig
 from evalgate.engines._checkpoint import INT4_METHODS, checkpoint_quantization, is_int4, weight_bits
 from evalgate.engines._launcher import WorkerSlot
@@ -200,9 +201,9 @@ class GPUEngine(Engine):
 
     def gpus_for(self, arm: str) -> str | None:
         """The arm's CUDA_VISIBLE_DEVICES: as configured, else the automatic layout, else unset."""
-        if self.config.gpus is not None or self.config.arm_gpus:
-            return self.config.arm_gpus.get(arm, self.config.gpus)
-        return self._auto_layout().get(arm)
+        if self.config.gpus is not None or self.config.arm_gpus:  # a repeat arm (--aa): its original's
+            return self.config.arm_gpus.get(arm, self.config.arm_gpus.get(original(arm), self.config.gpus))
+        return self._auto_layout().get(original(arm))
 
     def _auto_layout(self) -> dict[str, str]:
         """With enough GPUs for both arms, baseline and candidate each get their own ``tp_size``
@@ -212,7 +213,7 @@ class GPUEngine(Engine):
             self._layout = {}
             if len(gpus) >= 2 * tp:
                 base, cand = ",".join(gpus[:tp]), ",".join(gpus[tp : 2 * tp])
-                self._layout = {"baseline": base, "candidate": cand, "aa": base}
+                self._layout = {"baseline": base, "candidate": cand}
         return self._layout
 
     @property

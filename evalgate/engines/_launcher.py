@@ -31,6 +31,7 @@ __all__ = [
     "INPUT_FILE_FLAGS",
     "SIGNAL_CAUSES",
     "Diagnoses",
+    "LaunchSlot",
     "ServerHandle",
     "WorkerSlot",
     "describe_exit",
@@ -124,6 +125,27 @@ class WorkerSlot:
     def name(self, arm: str) -> str:
         """The worker's server name and log file stem: ``baseline-w0``."""
         return f"{arm}-w{self.index}"
+
+
+@dataclass(frozen=True)
+class LaunchSlot:
+    """Where one ``Engine.launch`` runs and logs: the arm's name, the folder of its log, a fixed
+    port (None: a free one) and, for an arm behind a gateway, which of its workers this is."""
+
+    name: str
+    log_dir: Path
+    port: int | None = None
+    worker: WorkerSlot | None = None
+
+    @property
+    def server(self) -> str:
+        """The server's name and log file stem: the arm's, or its worker's (``baseline-w0``)."""
+        return self.worker.name(self.name) if self.worker else self.name
+
+    @property
+    def api_key(self) -> str | None:
+        """The arm's key its workers share; None: the launch makes one of its own."""
+        return self.worker.api_key if self.worker else None
 
 
 @dataclass
@@ -346,24 +368,23 @@ def server_command(
 def launch_server(
     engine: Diagnoses,
     command: Callable[[int, str], list[str]],
+    slot: LaunchSlot,
     *,
-    name: str,
-    log_dir: Path,
-    port: int | None,
     ready: Callable[[str, str], bool],
     env: Mapping[str, str],
     timeout_s: float,
-    api_key: str | None = None,
 ) -> Iterator[ServerHandle]:
-    """Start ``command(port, api_key)`` as the ``name`` server (log in ``log_dir/name.log``), ready
-    when ``ready(base_url, api_key)`` holds; failures are explained by ``engine``'s diagnosis."""
-    port, api_key, base_url = server_address(port, name, api_key)
+    """Start ``command(port, api_key)`` as the ``slot.server`` server (log in
+    ``slot.log_dir/<server>.log``), ready when ``ready(base_url, api_key)`` holds; failures are
+    explained by ``engine``'s diagnosis."""
+    name = slot.server
+    port, api_key, base_url = server_address(slot.port, name, slot.api_key)
     with run_process(
         command(port, api_key),
         name=name,
         base_url=base_url,
         api_key=api_key,
-        log_path=log_dir / f"{name}.log",
+        log_path=slot.log_dir / f"{name}.log",
         ready=lambda: ready(base_url, api_key),
         env=env,
         timeout_s=timeout_s,

@@ -4,7 +4,8 @@ with ``getattr``: a call that only some engines need has a default here (an engi
 class inherits it by naming the protocol as its base), so every engine answers every call.
 
 An engine is one package under ``evalgate/engines/`` (``llamacpp``, ``sglang``, ``vllm``,
-``attach``, plus ``fake`` for tests) holding its launch, scorer, diagnosis and capacity code.
+``attach``, ``gateway`` for N servers of one of them behind smg, plus ``fake`` for tests) holding
+its launch, scorer, diagnosis and capacity code.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import secrets
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from evalgate.engines._launcher import ServerHandle, flags
+from evalgate.engines._launcher import LaunchSlot, ServerHandle, flags
 from evalgate.errors import ConfigError
+from evalgate.store.provenance import Provenance
 from evalgate.variants import LaunchSpec, Variant
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ __all__ = [
     "Decoded",
     "DriftPath",
     "Engine",
+    "Generation",
     "Get",
+    "LaunchSlot",
     "LogLik",
     "NoCacheIsolation",
     "Position",
@@ -67,6 +70,21 @@ class Decoded:
     finish_reason: str
     """"stop" at a stop token (included in ``tokens``), "length" at the token cap (``max_tokens``,
     or the server's context window)."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How ``Scorer.generate`` samples one completion: one value the suite builds and the layers
+    that only route a request (attach's shards, a gateway) pass on unchanged."""
+
+    max_tokens: int
+    """Generated tokens at most; ``finish_reason`` is "length" at the cap."""
+    stop: tuple[str, ...] = ()
+    """Strings that end the completion: every engine cuts at the first (``completion_result``)."""
+    temperature: float = 0.0
+    seed: int = 0
+    sampling: Mapping[str, float] | None = None
+    """Further sampler fields (top_p, top_k, min_p), sent under the engine's own names."""
 
 
 @dataclass(frozen=True)
@@ -129,18 +147,9 @@ class Scorer(Protocol):
             fix="drop the drift suite from --suites for this engine",
         )
 
-    async def generate(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: list[str],
-        temperature: float = 0.0,
-        seed: int = 0,
-        sampling: Mapping[str, float] | None = None,
-    ) -> dict[str, Any]:
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
         """``{"text", "prompt_tokens", "completion_tokens", "finish_reason"}`` (and ``truncated_tokens``
-        if any); ``finish_reason`` "length" when the completion hit ``max_tokens``. An answer that
+        if any); ``finish_reason`` "length" when the completion hit ``gen.max_tokens``. An answer that
         cannot be scored raises ``InvalidResponse`` (``engines._scoring``)."""
         ...
 
@@ -228,9 +237,10 @@ class Engine(Protocol):
         """Everything that decides how ``variant``'s server starts, in comparable form."""
         ...
 
-    def launch(
-        self, spec: LaunchSpec, *, name: str, log_dir: Path
-    ) -> contextlib.AbstractContextManager[ServerHandle]: ...
+    def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> contextlib.AbstractContextManager[ServerHandle]:
+        """Start ``spec``'s server where ``slot`` says (its name, log folder, port, and worker of
+        an arm behind a gateway)."""
+        ...
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> Scorer: ...
 
@@ -274,6 +284,13 @@ class Engine(Protocol):
         weights are F16 expanded from Q4_1 and the cache llama.cpp's q8_0. None where the launch
         settings do not tell (an attached server: evalgate launched nothing)."""
         return None
+
+    def provenance(self, handle: ServerHandle) -> Provenance:
+        """What the running server reports it runs (KV dtype and scales, attention backend, weight
+        format, linear kernel, batch invariance, speculative decoding), read from its own log and
+        info endpoints after readiness, never from the flags it was given. The default: nothing
+        reported (every value None)."""
+        return Provenance()
 
     def plan_notes(self, spec: LaunchSpec) -> list[str]:
         """What this engine pins or decides for ``spec`` that a reader of the command should know
@@ -334,6 +351,8 @@ class AttachDialect:
     """Settings that differ between replicas of one deployment: never compared."""
     quant_keys: frozenset[str] = frozenset()
     """Settings that may differ between the arms (besides the model and kernel backends)."""
+    provenance: Callable[[Mapping[str, Any]], Provenance] = lambda fp: Provenance()
+    """What the server ran, read from its fingerprint (``Engine.provenance``); nothing by default."""
     instance: Callable[[Mapping[str, Any]], str | None] = lambda fp: None
     """What tells this running server from every other, read from its fingerprint, or None where
     the engine reports nothing of the kind: two URLs with one instance reach one server."""

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from evalgate.engines._decoding import decode_prompt
-from evalgate.engines._launcher import ServerHandle
-from evalgate.engines.api import Decoded, Engine, LogLik, Position, Scorer
+from evalgate.engines._launcher import LaunchSlot, ServerHandle
+from evalgate.engines.api import Decoded, Engine, Generation, LogLik, Position, Scorer
 from evalgate.engines.attach import ShardedScorer
 from evalgate.engines.client import RequestFailed
 from evalgate.variants import LaunchSpec, Variant
@@ -184,24 +183,17 @@ class FakeScorer(Scorer):
             digest = _then(digest, tok)
         return Decoded(tuple(tokens), tuple(positions), "length")
 
-    async def generate(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: list[str],
-        temperature: float = 0.0,
-        seed: int = 0,
-        sampling: Mapping[str, float] | None = None,
-    ) -> dict[str, Any]:
-        if temperature > 0 and self.engine.sampled is not None:  # a sampled answer: seed and arm decide
-            self.engine.calls.append(FakeCall(self.arm, self.url, "generate", prompt, seed, temperature))
-            text = self.engine.sampled(self.arm, prompt, seed)
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
+        if gen.temperature > 0 and self.engine.sampled is not None:  # a sampled answer: seed and arm decide
+            self.engine.calls.append(
+                FakeCall(self.arm, self.url, "generate", prompt, gen.seed, gen.temperature)
+            )
+            text = self.engine.sampled(self.arm, prompt, gen.seed)
             if text is None:
                 raise RequestFailed(f"the fake {self.arm} server failed generate after 3 tries", fix="")
         else:
             text = self._ask("generate", prompt)
-        for s in stop:
+        for s in gen.stop:
             if s and s in text:
                 text = text[: text.index(s)]
         return {"text": text, "prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
@@ -292,7 +284,8 @@ class FakeEngine(Engine):
         return LaunchSpec(self.name, model, args, tuple(sorted(variant.env)), frozenset({"model", "--kv"}))
 
     @contextlib.contextmanager
-    def launch(self, spec: LaunchSpec, *, name: str, log_dir: Path) -> Iterator[ServerHandle]:
+    def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> Iterator[ServerHandle]:
+        name, log_dir = slot.name, slot.log_dir
         if not self.up:
             self.launched.append([])
         self.launched[-1].append(name)

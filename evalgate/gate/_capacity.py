@@ -21,11 +21,8 @@ def _reported(manifest: Any, arm: str) -> dict[str, Any] | None:
     if isinstance(found, Mapping) and found.get("kv_tokens"):
         return dict(found)
     info = manifest.arms.get(arm)
-    for key in ("capacity", "kv_capacity"):
-        block = info.server.get(key) if info is not None else None
-        if isinstance(block, Mapping) and block.get("kv_tokens"):
-            return dict(block)
-    return None
+    pools = info.server.kv_pools() if info is not None else []
+    return next((pool.to_dict() for pool in pools if pool.kv_tokens), None)
 
 
 def capacity_note(manifest: Any) -> str | None:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
+from evalgate.arms import original
 from evalgate.store.records import Pair
 
 __all__ = ["Comparability", "comparability"]
@@ -62,9 +63,15 @@ class Comparability:
 
 
 def comparability(
-    manifest: Any, records: Mapping[str, Mapping[str, Mapping[Any, Any]]], pairs: Mapping[str, list[Pair]]
+    manifest: Any,
+    records: Mapping[str, Mapping[str, Mapping[Any, Any]]],
+    pairs: Mapping[str, list[Pair]],
+    *,
+    repeats: Mapping[str, Mapping[str, list[Pair]]] | None = None,
 ) -> Comparability:
-    """The comparability of a run folder's baseline and candidate (``RunData``'s parts)."""
+    """The comparability of a run folder's baseline and candidate (``RunData``'s parts); with
+    ``repeats`` (repeat arm -> suite -> its original's records paired with its own: ``--aa``),
+    also of each repeat arm that ran with the arm it repeats."""
     differ: list[str] = []
     one_sided: list[str] = []
     checked: list[str] = []
@@ -87,6 +94,9 @@ def comparability(
         differ += caps
     elif any(_cut(p.baseline) or _cut(p.candidate) for ps in pairs.values() for p in ps):
         checked.append("generation cap")
+    for arm, by_suite in (repeats or {}).items():  # after the pair's own facts, in the same lists
+        if manifest.arms.get(arm) is not None:
+            _compare_repeat(manifest, arm, by_suite, differ, one_sided, checked)
     status = "not comparable" if differ else "inconclusive" if one_sided or not checked else "comparable"
     if status == "inconclusive" and not one_sided:
         one_sided = ["the run folder records none of the facts compared"]
@@ -97,23 +107,65 @@ def _facts(
     manifest: Any, records: Mapping[str, Mapping[str, Mapping[Any, Any]]]
 ) -> list[tuple[str, Any, Any]]:
     """(fact, baseline's, candidate's) for every fact compared; None where an arm records none."""
-    arms = {arm: manifest.arms.get(arm) for arm in ARMS}
     imported = manifest.imported or {}
-    out: list[tuple[str, Any, Any]] = []
+    tokenizer, *served = _served(manifest, ARMS)
+    out: list[tuple[str, Any, Any]] = [tokenizer]
 
     def per_arm(name: str, read: Any) -> None:
         out.append((name, *(read(arm) for arm in ARMS)))
 
-    per_arm("tokenizer", lambda arm: _fingerprint(arms[arm]))
     per_arm(NAMED_ONLY[0], lambda arm: _named_tokenizer(imported.get(arm)))
-    per_arm("chat template", lambda arm: _rendered(arms[arm]))
-    per_arm("server chat template", lambda arm: _server(arms[arm], "chat_template"))
-    for key in SERVER_LIMITS:
-        per_arm(f"server {key}", lambda arm, key=key: _server(arms[arm], key))
+    out += served
     per_arm("lm-eval version", lambda arm: _imported(imported.get(arm), "lm_eval_version"))
     per_arm("few-shot counts", lambda arm: _imported(imported.get(arm), "n_shot"))
     per_arm("sample counts", lambda arm: _counts(records, arm))
     return out
+
+
+def _served(manifest: Any, arms: tuple[str, str]) -> list[tuple[str, Any, Any]]:
+    """(fact, first arm's, second arm's) of what the arms' servers tokenize, render and read."""
+    a, b = (manifest.arms.get(arm) for arm in arms)
+    out: list[tuple[str, Any, Any]] = [
+        ("tokenizer", _fingerprint(a), _fingerprint(b)),
+        ("chat template", _rendered(a), _rendered(b)),
+        ("server chat template", _server(a, "chat_template"), _server(b, "chat_template")),
+    ]
+    return out + [(f"server {key}", _server(a, key), _server(b, key)) for key in SERVER_LIMITS]
+
+
+REPEAT_LABELS = {"aa": "the baseline's repeat", "aa_candidate": "the candidate's repeat"}
+
+
+def _compare_repeat(
+    manifest: Any,
+    arm: str,
+    pairs: Mapping[str, list[Pair]],
+    differ: list[str],
+    one_sided: list[str],
+    checked: list[str],
+) -> None:
+    """A repeat arm (``--aa``) against the arm it repeats: the same tokenizer, templates, limits and
+    generation cap, or the A/A pair measures a launch difference, not noise. Its sample counts are
+    not compared: the candidate's repeat runs a subset by design (``RunData`` counts what is missing)."""
+    first = original(arm)
+    label = REPEAT_LABELS.get(arm, f"the {arm} arm")
+    same = []
+    for name, a, b in _served(manifest, (first, arm)):
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            who, other = (first, b) if a is None else (label, a)
+            one_sided.append(f"{who} records no {name} (the other does: {_show(other)})")
+        elif a != b:
+            differ.append(f"different {name} on {label}: {first} {_show(a)}, repeat {_show(b)}")
+        else:
+            same.append(name)
+    caps = _cap_differences(pairs, names=(first, "repeat"))
+    differ += [f"{label}: {c}" for c in caps]
+    if not caps and any(_cut(p.baseline) or _cut(p.candidate) for ps in pairs.values() for p in ps):
+        same.append("generation cap")
+    if same:
+        checked.append(f"{label}'s {'/'.join(same)}")
 
 
 def _fingerprint(info: Any) -> str | None:
@@ -135,7 +187,7 @@ def _rendered(info: Any) -> tuple[str, ...] | None:
 
 
 def _server(info: Any, key: str) -> Any:
-    return None if info is None else info.server.get(key)
+    return None if info is None else getattr(info.server, key)  # a ServerFacts field: a typo raises
 
 
 def _imported(info: Any, key: str) -> Any:
@@ -149,15 +201,16 @@ def _counts(records: Mapping[str, Mapping[str, Mapping[Any, Any]]], arm: str) ->
 
 def _cut(record: Any) -> int | None:
     """Tokens of an answer cut at its cap; None when it was not cut (or does not say)."""
-    if record.extra.get("finish_reason") != "length":
+    if record.extra.finish_reason != "length":
         return None
     n = (record.tokens or {}).get("completion")
     return int(n) if isinstance(n, (int, float)) else None
 
 
-def _cap_differences(pairs: Mapping[str, list[Pair]]) -> list[str]:
+def _cap_differences(pairs: Mapping[str, list[Pair]], *, names: tuple[str, str] = ARMS) -> list[str]:
     """Per suite, the first item that shows the arms' caps differ: same prompt, cut at different
-    lengths, or cut after k tokens on one arm and longer than k on the other."""
+    lengths, or cut after k tokens on one arm and longer than k on the other (``names``: the
+    pairs' two sides, as the message calls them)."""
     out = []
     for suite, ps in pairs.items():
         for p in ps:
@@ -169,8 +222,8 @@ def _cap_differences(pairs: Mapping[str, list[Pair]]) -> list[str]:
                 or (b is not None and c is not None and b != c)
             ):
                 out.append(
-                    f"different generation cap on {suite} (item {p.item_id!r}: baseline {_cap_text(b, nb)}, "
-                    f"candidate {_cap_text(c, nc)})"
+                    f"different generation cap on {suite} (item {p.item_id!r}: {names[0]} {_cap_text(b, nb)}, "
+                    f"{names[1]} {_cap_text(c, nc)})"
                 )
                 break
     return out

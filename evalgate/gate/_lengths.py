@@ -1,7 +1,7 @@
 """Rows per context length, and the gated trend row, for a suite whose records carry a length.
 
 A quantized KV cache is adopted to fit more context, and its error accumulates over the
-attention span, so a long-context suite (records with ``extra["context_length"]``) is judged
+attention span, so a long-context suite (records with ``extra.context_length``) is judged
 per length too. The suite's primary row still pools every length (one McNemar, one agreement
 row); beside it:
 
@@ -30,7 +30,7 @@ are computed (a note says so). A suite with one length has its rows but no trend
 pooled row is that test already.
 
 Identical prompts, proven: such a suite's generator fits each prompt to its length with the
-server's own tokenizer, and each record keeps ``extra["sent_hash"]``, a hash of the exact text
+server's own tokenizer, and each record keeps ``extra.sent_hash``, a hash of the exact text
 sent. A pair whose hashes differ was not sent the same prompt, so the suite is an ERROR row,
 never a verdict (``sent_mismatch``), for any suite whose records carry the hash.
 """
@@ -72,7 +72,7 @@ class LengthRow:
     """One context length of a suite: the paired counts and a two-sided McNemar mid-p (informational)."""
 
     context_length: int
-    """Target prompt length in tokens (the records' ``extra["context_length"]``)."""
+    """Target prompt length in tokens (the records' ``extra.context_length``)."""
     n: int
     baseline: float
     candidate: float
@@ -129,31 +129,27 @@ class SuiteLengths:
 
 
 def context_length(record: Record) -> int | None:
-    value = record.extra.get("context_length")
+    value = record.extra.context_length
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _answered(p: Pair) -> bool:
-    return "error" not in p.baseline.extra and "error" not in p.candidate.extra
+    return p.baseline.extra.error is None and p.candidate.extra.error is None
 
 
 def sent_mismatch(suite: str, pairs: Sequence[Pair]) -> str | None:
     """Why the arms of a suite whose records carry ``sent_hash`` cannot be compared, or None.
     An item that failed on an arm (``--errors-as-wrong``) sent nothing to compare."""
-    if not any("sent_hash" in r.extra for p in pairs for r in (p.baseline, p.candidate)):
+    if not any(r.extra.sent_hash is not None for p in pairs for r in (p.baseline, p.candidate)):
         return None
-    bad = [
-        p
-        for p in pairs
-        if _answered(p) and p.baseline.extra.get("sent_hash") != p.candidate.extra.get("sent_hash")
-    ]
+    bad = [p for p in pairs if _answered(p) and p.baseline.extra.sent_hash != p.candidate.extra.sent_hash]
     if not bad:
         return None
     first = bad[0]
     return (
         f"{suite}: the arms were sent different prompts for {len(bad)} item(s) of {len(pairs)} "
-        f"(first: {first.item_id}, sent_hash {first.baseline.extra.get('sent_hash')!r} on the baseline, "
-        f"{first.candidate.extra.get('sent_hash')!r} on the candidate); a prompt fitted to a length with "
+        f"(first: {first.item_id}, sent_hash {first.baseline.extra.sent_hash!r} on the baseline, "
+        f"{first.candidate.extra.sent_hash!r} on the candidate); a prompt fitted to a length with "
         "each server's tokenizer differs only if the tokenizers or the suite's generator do: not a verdict"
     )
 

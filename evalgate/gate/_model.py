@@ -9,13 +9,16 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
+from evalgate.gate._categories import SuiteCategories
 from evalgate.gate._comparable import Comparability
 from evalgate.gate._flip_drift import FlipDrift
 from evalgate.gate._lengths import SuiteLengths
 from evalgate.gate._output_lengths import OutputLengths
+from evalgate.gate._repeatability import Repeatability
 from evalgate.gate.agreement import AgreementRow
 from evalgate.gate.answers import SuiteAnswers
 from evalgate.gate.drift import SuiteDrift
+from evalgate.store.provenance import WhatRanRow
 
 __all__ = ["EXIT_CODES", "VERDICT_SCHEMA", "Row", "Verdict"]
 
@@ -91,12 +94,28 @@ class Verdict:
     output_lengths: list[OutputLengths] = field(default_factory=list)
     """Generation suites by their answers' length: paired counts per completion-length bucket and
     the trend test, shown, not gated (gate/_output_lengths.py); written only when there is one."""
+    categories: list[SuiteCategories] = field(default_factory=list)
+    """0/1 suites by category (MMLU subject, MMLU-Pro category, BFCL category): paired counts and
+    unadjusted intervals per category, and the overall delta's interval item-level beside clustered
+    by category; shown, never gated (gate/_categories.py); written only when there is one."""
     drift: list[SuiteDrift] = field(default_factory=list)
     """Drift suites (metric_kind drift): the KL and perplexity-ratio budget rows, per-token KL
     quantiles and the KL by position (gate/drift.py); written only when there is one."""
     flip_drift: list[FlipDrift] = field(default_factory=list)
     """Multiple-choice suites: the choice KL of flipped items beside unflipped ones (does the
     distribution predict the flips?); written only when there is one."""
+    repeatability: list[Repeatability] = field(default_factory=list)
+    """--aa both: per suite, how often each arm repeated its own output exactly on the candidate's
+    repeat items, and whether the candidate did so less often (shown, not gated;
+    gate/_repeatability.py); written only when there is one."""
+    what_ran: list[WhatRanRow] = field(default_factory=list)
+    """Each arm's KV dtype and scales, attention backend, weight format, linear kernel, batch
+    invariance and speculative decoding as its server reported them (store/provenance.py);
+    written only when an arm recorded them."""
+    warnings: list[str] = field(default_factory=list)
+    """Shown at the top of every report: a candidate's fallback (FP8 asked, a wider cache reported;
+    scales given, 1.0 reported; another attention backend than the baseline's) and the launch
+    settings declared to differ (--allow-diff); written only when there is one."""
     comparability: Comparability | None = None
     """Whether the arms ran the same comparison (tokenizer, chat template, caps, sample counts),
     read from the run folder before the verdict (gate/_comparable.py); "not comparable" is never PASS."""
@@ -119,7 +138,7 @@ class Verdict:
             data.pop("lengths")
         if not data["answers"]:  # no generation suite: written as before
             data.pop("answers")
-        for key in ("drift", "flip_drift", "output_lengths"):  # none: written as before
+        for key in ("drift", "flip_drift", "output_lengths", "categories", "repeatability", "what_ran", "warnings"):  # fmt: skip  # none: as before
             if not data[key]:
                 data.pop(key)
         return {"schema": data.pop("schema"), **data}

@@ -108,7 +108,7 @@ def check_suite(
         return f"{suite}: no paired items"
     lo, hi = metric_range(metric) or (-math.inf, math.inf)
     for side in references:
-        errors = [getattr(p, side).extra.get("error") for p in pairs]
+        errors = [getattr(p, side).extra.error for p in pairs]
         if all(e is not None for e in errors):
             arm = getattr(pairs[0], side).arm
             first = " ".join(str(errors[0]).split())[:200]

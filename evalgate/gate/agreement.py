@@ -149,24 +149,25 @@ def unanswered(record: Record) -> bool | None:
     cap; None when the record does not say (a log-likelihood item, or a record written before
     evalgate kept these)."""
     extra = record.extra
-    if "error" in extra:
+    if extra.error is not None:
         return True
-    if "empty" not in extra and "no_answer" not in extra:
+    if extra.empty is None and extra.no_answer is None:
         return None
-    return no_answer(record) or extra.get("finish_reason") == "length"
+    return no_answer(record) or extra.finish_reason == "length"
 
 
 def no_answer(record: Record) -> bool:
     """An empty completion, or one the task's filter extracts no answer from (``no_answer``)."""
-    return bool(record.extra.get("empty")) or bool(record.extra.get("no_answer"))
+    return bool(record.extra.empty) or bool(record.extra.no_answer)
 
 
 def unanswered_test(pairs: Sequence[Pair], *, errors_as_wrong: bool = False) -> UnansweredTest | None:
     """The unanswered rates and test of a suite whose records say (a generation suite), or of any
     suite when failed items count as wrong; else None."""
-    says = ("empty", "no_answer")
     if not errors_as_wrong and not any(
-        k in r.extra for p in pairs for r in (p.baseline, p.candidate) for k in says
+        r.extra.empty is not None or r.extra.no_answer is not None
+        for p in pairs
+        for r in (p.baseline, p.candidate)
     ):
         return None
     if any(p.repeat for p in pairs):

@@ -71,7 +71,7 @@ def arm_answers(
     return ArmAnswers(
         pass1=pass1,
         no_answer=_share(recs, answered_nothing),
-        truncated=_share(recs, lambda r: r.extra.get("finish_reason") == "length"),
+        truncated=_share(recs, lambda r: r.extra.finish_reason == "length"),
         passk=passk,
         majority=majority,
         reasoning_mean=statistics.fmean(reasoning) if reasoning else None,

@@ -8,12 +8,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from evalgate.arms import compared_ids, repeat_ids
 from evalgate.errors import EvalgateError
-from evalgate.gate import GatePolicy, Verdict, decide, sequential_rule
 from evalgate.gate._capacity import capacity_note
+from evalgate.gate._categories import categories_for
 from evalgate.gate._comparable import comparability
+from evalgate.gate._decide import decide
 from evalgate.gate._flip_drift import flip_drift
+from evalgate.gate._model import Verdict
 from evalgate.gate._output_lengths import output_lengths_for
+from evalgate.gate._policy import GatePolicy, sequential_rule
+from evalgate.gate._repeatability import noisier_note, repeatability_for
+from evalgate.gate._what_ran import baseline_fp8_note, what_ran_for
 from evalgate.gate.agreement import no_answer
 from evalgate.gate.answers import answers_for
 from evalgate.gate.kernel_check import kernel_failures
@@ -64,6 +70,8 @@ class RunData:
         self.pairs: dict[str, list[Pair]] = {}
         self.missing: dict[str, int] = {}
         self.aa_pairs: dict[str, list[Pair]] = {}
+        self.candidate_repeat_pairs: dict[str, list[Pair]] = {}
+        """--aa both: per suite, the candidate's records paired with its repeat's (a subset of items)."""
         self.unplanned: dict[str, list[str]] = {}
         """suite -> item ids recorded (any arm) that the manifest never planned: never scored."""
         for suite, meta in self.manifest.suites.items():
@@ -84,6 +92,11 @@ class RunData:
                 aa = pair_records(arms["baseline"].values(), arms["aa"].values(), suite=suite)
                 self.aa_pairs[suite] = aa
                 self.missing[suite] += expected - len(aa)
+            if "aa_candidate" in arms:  # --aa both: the candidate's repeat runs the first --aa-items
+                again = pair_records(arms["candidate"].values(), arms["aa_candidate"].values(), suite=suite)
+                self.candidate_repeat_pairs[suite] = again
+                mine = repeat_ids(meta.item_ids, "aa_candidate", self.manifest.request.aa_items)
+                self.missing[suite] += len(mine) * max(1, self.manifest.request.repeats) - len(again)
         self.sequential: dict[str, Any] = {}
         if self.manifest.sequential:  # a suite that stopped early needs only its used items (no --aa here)
             self.sequential = outcomes(self, sequential_rule(self.manifest))
@@ -98,9 +111,9 @@ class RunData:
         for suite, arms in self.records.items():
             n = self.manifest.suites[suite].n
             for arm in ("baseline", "aa"):
-                failed = [r for r in arms.get(arm, {}).values() if "error" in r.extra]
+                failed = [r for r in arms.get(arm, {}).values() if r.extra.error is not None]
                 if n and len(failed) > REFERENCE_ERROR_LIMIT * n:
-                    first = _one_line(str(failed[0].extra["error"]))
+                    first = _one_line(str(failed[0].extra.error))
                     out[suite] = (
                         f"{suite}: the {arm} failed {len(failed)} of {n} items (more than "
                         f"{REFERENCE_ERROR_LIMIT:.0%}), so it is no reference; first: {first}"
@@ -118,7 +131,7 @@ class RunData:
                 continue
             for arm in ("baseline", "aa"):
                 recs = list(arms.get(arm, {}).values())
-                silent = [r for r in recs if r.error or r.extra.get("error") is not None or no_answer(r)]
+                silent = [r for r in recs if r.error or r.extra.error is not None or no_answer(r)]
                 if recs and len(silent) > NO_ANSWER_LIMIT * len(recs):
                     out[suite] = (
                         f"{suite}: the {arm} gave no answer (empty, null or failed) on {len(silent)} of "
@@ -194,6 +207,11 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         verdict.output_lengths = output_lengths_for(
             {s: (m.suites[s].metrics, run.pairs[s]) for s in binary}, binary
         )
+    if k <= 1:  # by category (gate/_categories.py): one 0/1 outcome per item and arm
+        verdict.categories = categories_for(
+            {s: (meta.metrics, run.pairs[s]) for s, meta in m.suites.items() if meta.metric_kind == "binary"},
+            confidence=1 - policy.alpha,
+        )
     verdict.flip_drift = [
         fd
         for s, meta in m.suites.items()
@@ -261,9 +279,8 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
         verdict.reason = f"the candidate's kernels failed the numerics check: {', '.join(failed[:3])}"
     elif isinstance(m.kernel_check, dict) and m.kernel_check.get("skipped"):
         verdict.notes.append(f"kernel check skipped: {m.kernel_check['skipped']}")
-    verdict.notes += _baseline_precision(m)
-    if m.request.allow_diff:
-        verdict.notes.append("launch settings allowed to differ: " + ", ".join(m.request.allow_diff))
+    verdict.notes += _baseline_precision(m) or baseline_fp8_note(m)
+    verdict.what_ran, verdict.warnings = what_ran_for(m)  # what the servers reported; fallbacks, --allow-diff
     truncated = _truncated(run)
     if truncated:
         verdict.notes.append(
@@ -274,7 +291,16 @@ def verdict_for(run: RunData, *, policy: GatePolicy | None = None) -> Verdict:
     if cap and any(meta.kind != "loglikelihood" for meta in m.suites.values()):
         verdict.notes.append(f"generation capped at {cap} tokens on both arms")
     verdict.notes += _cut_by_the_cap(verdict, cap)
-    verdict.comparability = same = comparability(m, run.records, run.pairs)
+    if "aa_candidate" in run.arm_names:  # --aa both: is the candidate the noisy arm? (shown, not gated)
+        compared = {s: compared_ids(meta.item_ids, m.request.aa_items) for s, meta in m.suites.items()}
+        verdict.repeatability = repeatability_for(
+            compared, run.aa_pairs, run.candidate_repeat_pairs, alpha=policy.alpha
+        )
+        noisy = noisier_note(verdict.repeatability)
+        if noisy:
+            verdict.notes.append(noisy)
+    repeats = {"aa": run.aa_pairs, "aa_candidate": run.candidate_repeat_pairs}
+    verdict.comparability = same = comparability(m, run.records, run.pairs, repeats=repeats)
     if same.status == "not comparable" and verdict.verdict != "ERROR" and not failed:
         verdict.reason = (
             f"the arms are not comparable: {'; '.join(same.reasons)}; a verdict on the numerics needs two "
@@ -331,7 +357,7 @@ def _truncated(run: RunData) -> dict[str, int]:
     """Records per suite whose prompt lost tokens to the context limit (either arm)."""
     out = {}
     for suite, arms in run.records.items():
-        k = sum(1 for recs in arms.values() for r in recs.values() if r.extra.get("truncated_tokens"))
+        k = sum(1 for recs in arms.values() for r in recs.values() if r.extra.truncated_tokens)
         if k:
             out[suite] = k
     return out

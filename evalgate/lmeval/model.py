@@ -41,6 +41,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from evalgate.engines import DEFAULT_ENGINE, ServerHandle
+from evalgate.engines.api import Generation
 from evalgate.engines.llamacpp import LlamaCppScorer
 
 __all__ = ["EvalgateLM"]
@@ -96,9 +97,11 @@ class EvalgateLM(LM):
                 out.append(
                     s.generate(
                         context,
-                        max_tokens=int(gen.get("max_gen_toks", 256)),
-                        stop=list(gen.get("until", [])),
-                        temperature=float(gen.get("temperature", 0.0)),
+                        Generation(
+                            max_tokens=int(gen.get("max_gen_toks", 256)),
+                            stop=tuple(gen.get("until", [])),
+                            temperature=float(gen.get("temperature", 0.0)),
+                        ),
                     )
                 )
             return out

@@ -32,19 +32,9 @@ from evalgate.lmeval._read import LmEvalOutput, read_lmeval
 from evalgate.redact import env_secrets, mask_args, redact
 from evalgate.request import CompareRequest
 from evalgate.stats import rolling_aggregates
+from evalgate.store.facts import RecordExtra, ServerFacts
 from evalgate.store.lock import RunLock
-from evalgate.store.manifest import (
-    ArmInfo,
-    LaunchInfo,
-    Manifest,
-    SuiteInfo,
-    VariantInfo,
-    command_line,
-    git_state,
-    package_versions,
-    utc_now,
-    write_manifest,
-)
+from evalgate.store.manifest import ArmInfo, LaunchInfo, Manifest, SuiteInfo, VariantInfo, write_manifest
 from evalgate.store.records import Record, RecordStore
 
 __all__ = ["ENGINE", "import_samples", "safe_model_args"]
@@ -262,7 +252,9 @@ def _records(run_id: str, arm: str, label: str, suite: ImportedSuite, order: lis
                 response=it["response"],
                 extracted=it["extracted"] or None,
                 metrics=metrics,
-                extra={"lm_eval": {"task": it["task"], "doc_id": it["doc_id"], "doc_hash": it["doc_hash"]}},
+                extra=RecordExtra(
+                    lm_eval={"task": it["task"], "doc_id": it["doc_id"], "doc_hash": it["doc_hash"]}
+                ),
             )
         )
     return out
@@ -338,14 +330,10 @@ def _write(
         n: sorted(base[n].items, key=lambda i: (base[n].items[i]["task"], base[n].items[i]["doc_id"]))
         for n in names
     }
-    manifest = Manifest(
+    manifest = Manifest.new(
         run_id=run_id,
-        created_utc=utc_now(),
-        command=command_line(),
         engine=ENGINE,
         engine_version=str(info["baseline"]["lm_eval_version"] or "unknown"),
-        git=git_state(),
-        packages=package_versions(),
         request=req.model_copy(update={"suites": tuple(names)}),
         variants={arm: VariantInfo(name=getattr(req, arm)) for arm in ("baseline", "candidate")},
         launch={
@@ -364,7 +352,7 @@ def _write(
             )
             for n in names
         },
-        arms={arm: ArmInfo(server={"lm_eval": info[arm]}) for arm in ("baseline", "candidate")},
+        arms={arm: ArmInfo(server=ServerFacts(lm_eval=info[arm])) for arm in ("baseline", "candidate")},
         imported={"from": "lm-eval --log_samples", **info},
     )
     write_manifest(run_dir, manifest)

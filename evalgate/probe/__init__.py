@@ -1,27 +1,38 @@
 """Probes of one running server that are not a comparison of two arms: whether its shared prefix
-cache isolates tenants (``cache``), and whether its answers depend on that cache (``warm_cold``);
-``report`` renders either's probe.json (summary line, junit.xml, summary.md, probe.html)."""
+cache isolates tenants (``cache``), and whether its answers depend on that cache (``warm_cold``).
+Each is a ``Probe`` (``run``: the server, the probe, its files); its settings and probe.json are
+models in ``evalgate.store.probe_report``; ``report`` renders a probe.json (summary line,
+junit.xml, summary.md, probe.html)."""
 
-from evalgate.probe.cache import (
+from evalgate.probe.cache import CacheProbe, decide, run_cache_probe
+from evalgate.probe.report import (
     EXIT_CODES,
-    ProbeSettings,
-    decide,
+    junit_xml,
     no_isolation_report,
-    run_cache_probe,
+    probe_html,
+    summary_line,
+    summary_md,
 )
-from evalgate.probe.report import junit_xml, probe_html, summary_line, summary_md
+from evalgate.probe.run import OUTPUTS, Probe, ProbeServer, run_probe
 from evalgate.probe.warm_cold import (
-    DEFAULT_SUITES,
+    WarmColdProbe,
     WarmColdResult,
-    WarmColdSettings,
     run_warm_cold,
+    suite_prompts,
     warm_cold_report,
 )
+from evalgate.store.probe_report import DEFAULT_SUITES, ProbeReport, ProbeSettings, WarmColdSettings
 
 __all__ = [
     "DEFAULT_SUITES",
     "EXIT_CODES",
+    "OUTPUTS",
+    "CacheProbe",
+    "Probe",
+    "ProbeReport",
+    "ProbeServer",
     "ProbeSettings",
+    "WarmColdProbe",
     "WarmColdResult",
     "WarmColdSettings",
     "decide",
@@ -29,7 +40,9 @@ __all__ = [
     "no_isolation_report",
     "probe_html",
     "run_cache_probe",
+    "run_probe",
     "run_warm_cold",
+    "suite_prompts",
     "summary_line",
     "summary_md",
     "warm_cold_report",

@@ -8,9 +8,11 @@ of the same length, salt B), one at a time, one output token each, the cache flu
 probe where the server allows it. Two oracles decide (``decide``):
 
 - exact, where the server reports cached tokens: CROSS reads none, SAME at least P minus a page;
-- timing, paired within each probe (``stats.cache_timing_test``): SAME must be faster than COLD
-  (else the probe is blind: ERROR), CROSS faster than COLD is a BLOCK, and a PASS needs the upper
-  bound of CROSS's speed-up below a share of the cache's measured gap (else UNDERPOWERED).
+- timing, paired within each probe (``stats.cache_timing_test``), an equivalence test against a
+  margin (``--share`` of the cache's measured gap, at least ``--min-margin``): SAME must be
+  faster than COLD by more than the margin (else the probe is blind: ERROR), CROSS faster than
+  COLD significantly beyond the margin is a BLOCK, and a PASS needs the upper bound of CROSS's
+  speed-up below the margin (else UNDERPOWERED).
 
 The prefix length is calibrated first: the shortest of ``CALIBRATION_LENGTHS`` at which a hit is
 at least ``MIN_GAP`` times faster than a miss. A server that takes no salt has no isolation to
@@ -30,77 +32,38 @@ import numpy as np
 
 from evalgate.engines.api import CacheObservation, NoCacheIsolation, Scorer
 from evalgate.errors import ConfigError, InfraError
-from evalgate.stats import DEFAULT_LEAK_SHARE, TimingResult, cache_timing_test
+from evalgate.probe.report import EXIT_CODES, no_isolation_report
+from evalgate.stats import TimingResult, cache_timing_test
+from evalgate.store.probe_report import PROBE_SCHEMA, ProbeSettings
 
 __all__ = [
     "CALIBRATION_LENGTHS",
     "CONDITIONS",
-    "EXIT_CODES",
-    "MAX_PREFIX_TOKENS",
-    "MIN_ALPHA",
     "MIN_GAP",
-    "ProbeSettings",
+    "CacheProbe",
     "answer_problems",
     "decide",
-    "no_isolation_report",
     "run_cache_probe",
-    "summary_line",
 ]
 
 CONDITIONS = ("same", "cross", "cold")
 CALIBRATION_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
 MIN_GAP = 1.5
 """A hit must be this many times faster than a miss for the timing test to see a leak."""
-EXIT_CODES = {"PASS": 0, "BLOCK": 1, "NO_ISOLATION": 2, "ERROR": 3, "UNDERPOWERED": 3}
-"""As compare's: 0 PASS, 1 BLOCK; 2 the server has no salt to test (a setting, not a finding);
-3 no verdict (the probe was blind, or too few probes): rerun, never read as a pass."""
-SCHEMA = 1
-MIN_ALPHA = 1e-6
-"""The smallest level a probe takes: below it no run of probes could reach it (2^-20 is one
-sided at 20 probes), and ``1 - 2 * alpha`` rounds to 1 (a confidence the bootstrap refuses)."""
-MAX_PREFIX_TOKENS = 1 << 20
-"""The longest prefix ``--prefix-tokens`` asks for; each probe draws it as random token ids, and a
-server's own context (when it says) caps it further."""
 
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class ProbeSettings:
-    """What one probe run does; every field is recorded in probe.json."""
+class CacheProbe:
+    """``evalgate probe cache`` as a ``Probe``."""
 
-    probes: int = 20
-    share: float = DEFAULT_LEAK_SHARE
-    alpha: float = 0.05
-    salted: bool = True
-    """False (``--no-salt``): every request in the shared namespace, as a server without salts."""
-    prefix_tokens: int | None = None
-    """None: calibrated."""
-    suffix_tokens: int = 8
-    page_tokens: int = 16
-    """SAME may report this many fewer cached tokens than P (a partial page is not cached)."""
-    seed: int = 0
-    max_tokens: int = 1
+    settings: ProbeSettings
+    name = "cache_isolation"
+    deterministic = False
 
-    def __post_init__(self) -> None:
-        check_seed_alpha(self.seed, self.alpha)
-        if self.prefix_tokens is not None and self.prefix_tokens > MAX_PREFIX_TOKENS:
-            raise ConfigError(
-                f"--prefix-tokens {self.prefix_tokens} is longer than any context "
-                f"(at most {MAX_PREFIX_TOKENS})",
-                fix="pass a prefix shorter than the server's context, or omit it (calibrated)",
-            )
-
-
-def check_seed_alpha(seed: int, alpha: float) -> None:
-    """``--seed`` and ``--alpha`` as a probe can use them (exit 2 naming the flag)."""
-    if seed < 0:
-        raise ConfigError(f"--seed {seed} is negative", fix="pass a seed of 0 or more (0 is the default)")
-    if not MIN_ALPHA <= alpha < 0.5:
-        raise ConfigError(
-            f"--alpha {alpha:g} is out of range",
-            fix=f"pass a level from {MIN_ALPHA:g} to below 0.5, e.g. 0.05",
-        )
+    async def run(self, scorer: Scorer, *, progress: Progress) -> dict[str, Any]:
+        return await run_cache_probe(scorer, self.settings, progress=progress)
 
 
 def answer_problems(obs: Sequence[dict[str, Any]]) -> list[str]:
@@ -166,22 +129,23 @@ async def run_cache_probe(
                 + ", ".join(f"{c} {rows[-1][c]['latency_s']:.3f} s" for c in CONDITIONS)
             )
     except NoCacheIsolation as exc:
-        return no_isolation_report(exc, settings)
+        return no_isolation_report("cache_isolation", exc, settings)
     seconds = time.monotonic() - start
     timing = cache_timing_test(
         *([r[c]["latency_s"] for r in rows] for c in CONDITIONS),
         share=settings.share,
+        min_margin=settings.min_margin,
         alpha=settings.alpha,
         rng=np.random.default_rng(settings.seed + 1),
     )
     verdict, reasons, oracle = decide(rows, timing, length=length, page=settings.page_tokens)
     return {
-        "schema": SCHEMA,
+        "schema": PROBE_SCHEMA,
         "probe": "cache_isolation",
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],
         "reasons": reasons,
-        "settings": asdict(settings),
+        "settings": settings.model_dump(mode="json"),
         "prefix_tokens": length,
         "context_length": context,
         "calibration": calibration,
@@ -193,18 +157,6 @@ async def run_cache_probe(
         "margin": float(np.exp(timing.margin)),
         "seconds": round(seconds, 1),
         "probes": rows,
-    }
-
-
-def no_isolation_report(exc: NoCacheIsolation, settings: ProbeSettings) -> dict[str, Any]:
-    """The report for a server that takes no cache salt: nothing to test, and what to do."""
-    return {
-        "schema": SCHEMA,
-        "probe": "cache_isolation",
-        "verdict": "NO_ISOLATION",
-        "exit_code": EXIT_CODES["NO_ISOLATION"],
-        "reasons": [exc.cause, f"fix: {exc.fix}"],
-        "settings": asdict(settings),
     }
 
 
@@ -249,20 +201,6 @@ def decide(
         reasons.append("the server reports no cached tokens: the timing test alone decides")
     reasons.append(timing.reason)
     return ("PASS" if timing.status == "pass" else "UNDERPOWERED"), reasons, oracle
-
-
-def summary_line(report: dict[str, Any]) -> str:
-    """One line: the verdict, the probes, the gap and the margin, the time it took."""
-    if report["verdict"] == "NO_ISOLATION":
-        return f"cache isolation: NO_ISOLATION: {report['reasons'][0]}"
-    t = report["timing"]
-    cross = report["oracle"]["cross_cached_max"]
-    return (
-        f"cache isolation: {report['verdict']} in {report['seconds']:.0f} s; {t['n']} probes of "
-        f"{report['prefix_tokens']} tokens; cache gap {report['cache_gap']:.2f}x, CROSS speed-up "
-        f"{np.exp(t['leak']):.3f}x (upper {np.exp(t['leak_upper']):.3f}x, margin {report['margin']:.3f}x); "
-        f"CROSS cached tokens max {cross if cross is not None else 'not reported'}"
-    )
 
 
 # -- the requests ------------------------------------------------------------------------------

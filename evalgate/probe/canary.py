@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evalgate.engines.api import Scorer
+from evalgate.engines.api import Generation, Scorer
 
 __all__ = ["CanaryResult", "filler_prompts", "run_canary"]
 
@@ -59,7 +59,7 @@ async def run_canary(
     """The tenant's prompts alone, then interleaved with ``traffic`` (all in flight together)."""
 
     async def answer(prompt: str) -> str:
-        out = await scorer.generate(prompt, max_tokens=max_tokens, stop=[], temperature=0.0)
+        out = await scorer.generate(prompt, Generation(max_tokens=max_tokens))
         return str(out["text"])
 
     alone = [await answer(p) for p in tenant]

@@ -1,6 +1,8 @@
-"""A probe's report, rendered from its probe.json alone: the summary line, junit.xml (one test
-case per probe, beside compare's in CI), summary.md (the GitHub step summary's section) and a
-small self-contained probe.html. Nothing is recomputed here.
+"""A probe's report, rendered from its probe.json alone: the summary line (one per probe kind),
+junit.xml (one test case per probe, beside compare's in CI), summary.md (the GitHub step
+summary's section) and a small self-contained probe.html (``report/templates/probe.html.j2``,
+autoescaped, beside report.html's templates). Nothing is recomputed here; ``no_isolation_report``
+is the one report both probes give a server they cannot test.
 
 Text from a server or a model (reasons, answers, the server's URL) is shown as stored, as
 report.html shows it: control characters as ``\\x1b``, bidirectional controls as ``\\u202e``
@@ -13,12 +15,31 @@ import html
 import math
 import re
 import xml.etree.ElementTree as ET
+from functools import cache
+from pathlib import Path
 from typing import Any
 
-from evalgate.probe.cache import summary_line as cache_line
-from evalgate.probe.warm_cold import summary_line as warm_cold_line
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from pydantic import BaseModel
 
-__all__ = ["TITLES", "junit_xml", "probe_html", "shown", "summary_line", "summary_md"]
+from evalgate.engines.api import NoCacheIsolation
+from evalgate.store.probe_report import PROBE_SCHEMA
+
+__all__ = [
+    "EXIT_CODES",
+    "TITLES",
+    "junit_xml",
+    "no_isolation_report",
+    "probe_html",
+    "shown",
+    "summary_line",
+    "summary_md",
+]
+
+EXIT_CODES = {"PASS": 0, "BLOCK": 1, "NO_ISOLATION": 2, "ERROR": 3, "UNDERPOWERED": 3}
+"""As compare's: 0 PASS, 1 BLOCK; 2 the server has no salt or cold request to test (a setting,
+not a finding); 3 no verdict (a blind probe, or too few probes): rerun, never read as a pass."""
+TEMPLATES = Path(__file__).resolve().parent.parent / "report" / "templates"
 
 TITLES = {"cache_isolation": "cache isolation", "warm_cold": "warm/cold answers"}
 ICONS = {"PASS": "✅", "BLOCK": "❌", "NO_ISOLATION": "⚠️", "ERROR": "⚠️", "UNDERPOWERED": "⚠️"}
@@ -36,11 +57,44 @@ def shown(value: object) -> str:
     return _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def no_isolation_report(probe: str, exc: NoCacheIsolation, settings: BaseModel) -> dict[str, Any]:
+    """probe.json for a server the probe cannot test (no cache salt, no cold request): what to do."""
+    return {
+        "schema": PROBE_SCHEMA,
+        "probe": probe,
+        "verdict": "NO_ISOLATION",
+        "exit_code": EXIT_CODES["NO_ISOLATION"],
+        "reasons": [exc.cause, f"fix: {exc.fix}"],
+        "settings": settings.model_dump(mode="json"),
+    }
+
+
 def summary_line(report: dict[str, Any]) -> str:
-    """The probe's one line (``probe cache`` and ``probe warm-cold`` each say it their way)."""
+    """The probe's one line: the verdict and the figures it rests on, the time it took."""
+    title, verdict = TITLES.get(report["probe"], report["probe"]), report["verdict"]
+    if verdict == "NO_ISOLATION":
+        return f"{title}: NO_ISOLATION: {report['reasons'][0]}"
+    head = f"{title}: {verdict} in {report['seconds']:.0f} s; "
     if report["probe"] == "warm_cold":
-        return warm_cold_line(report)
-    return cache_line(report)
+        warm, cold = report["conditions"]["warm"], report["conditions"]["cold"]
+        return head + (
+            f"{report['flips']} flips of {report['n']} (budget {report['budget']:g}, p = {report['pvalue']:.3g}); "
+            f"warm requests read {_span(warm)} cached tokens, cold {_span(cold)}; median latency warm "
+            f"{warm['median_latency_s']:.3f} s, cold {cold['median_latency_s']:.3f} s"
+        )
+    t, cross = report["timing"], report["oracle"]["cross_cached_max"]
+    return head + (
+        f"{t['n']} probes of {report['prefix_tokens']} tokens; cache gap {report['cache_gap']:.2f}x, CROSS "
+        f"speed-up {math.exp(t['leak']):.3f}x (upper {math.exp(t['leak_upper']):.3f}x, margin "
+        f"{report['margin']:.3f}x); CROSS cached tokens max {cross if cross is not None else 'not reported'}"
+    )
+
+
+def _span(cond: dict[str, Any]) -> str:
+    lo, hi = cond["cached_tokens_min"], cond["cached_tokens_max"]
+    if lo is None:
+        return "(not reported)"
+    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def junit_xml(report: dict[str, Any]) -> str:
@@ -90,10 +144,18 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
             "CROSS speed-up",
             f"{math.exp(t['leak']):.3f}x (upper bound {math.exp(t['leak_upper']):.3f}x, p = {t['leak_p']:.3g})",
         ),
-        ("margin", f"{report['margin']:.3f}x ({report['settings']['share']:g} of the gap)"),
+        ("margin", _margin(report)),
         ("CROSS cached tokens max", str(report["oracle"]["cross_cached_max"])),
         ("time", f"{report['seconds']:.0f} s"),
     ]
+
+
+def _margin(report: dict[str, Any]) -> str:
+    """The margin and where it comes from (``--share`` of the gap, at least ``--min-margin``)."""
+    settings = report["settings"]
+    floor = settings.get("min_margin")  # schema 1 had no floor
+    rule = f"{settings['share']:g} of the gap" + (f", at least {floor:g}x" if floor is not None else "")
+    return f"{report['margin']:.3f}x ({rule})"
 
 
 def summary_md(report: dict[str, Any]) -> str:
@@ -120,47 +182,37 @@ def _md(text: str) -> str:
     return html.escape(" ".join(shown(text).split())).replace("|", "\\|")
 
 
+@cache
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["shown"] = shown
+    return env
+
+
 def probe_html(report: dict[str, Any]) -> str:
     """probe.html: one self-contained page (no script, no external file) with the conditions'
     latencies and cached tokens, the figures, the verdict and its reasons, and any flipped answers."""
-
-    def e(value: object) -> str:
-        return html.escape(shown(value))
-
-    title, verdict = TITLES.get(report["probe"], report["probe"]), report["verdict"]
     head, rows = _rows(report)
-    table = ""
-    if rows:
-        table = (
-            "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
-            + "</table>"
-        )  # fmt: skip
-    facts = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _facts(report))
-    reasons = "".join(f"<li>{e(str(r))}</li>" for r in report["reasons"])
-    flipped = [i for i in report.get("items", []) if i.get("flip")]
-    flips = ""
-    if flipped:
-        flips = (
-            "<h2>Flipped answers</h2><table><tr><th>item</th><th>warm</th><th>cold</th></tr>"
-            + "".join(
-                f"<tr><td>{e(str(i['item']))}</td><td><pre>{e(str(i['warm']))}</pre></td>"
-                f"<td><pre>{e(str(i['cold']))}</pre></td></tr>"
-                for i in flipped
-            )
-            + "</table>"
-        )
-    color = {"PASS": "#1a7f37", "BLOCK": "#cf222e"}.get(verdict, "#9a6700")
     return (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>evalgate probe: {e(title)} {e(verdict)}</title><style>"
-        "body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;"
-        "text-align:left;vertical-align:top}pre{margin:0;white-space:pre-wrap}"
-        f".verdict{{color:{color}}}</style></head><body>"
-        f'<h1>evalgate probe: {e(title)} <span class="verdict">{e(verdict)}</span></h1>'
-        f"<p>{e(summary_line(report))}</p>"
-        f"<p>server: {e(str(report.get('server', '')))}</p>"
-        f"{table}<table>{facts}</table><h2>Why</h2><ul>{reasons}</ul>{flips}"
-        "</body></html>\n"
+        _environment()
+        .get_template("probe.html.j2")
+        .render(
+            title=TITLES.get(report["probe"], report["probe"]),
+            verdict=report["verdict"],
+            line=summary_line(report),
+            server=report.get("server", ""),
+            head=head,
+            rows=rows,
+            facts=_facts(report),
+            reasons=report["reasons"],
+            flipped=[i for i in report.get("items", []) if i.get("flip")],
+            color={"PASS": "#1a7f37", "BLOCK": "#cf222e"}.get(report["verdict"], "#9a6700"),
+        )
     )

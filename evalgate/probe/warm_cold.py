@@ -25,48 +25,70 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from evalgate.engines.api import CacheObservation, NoCacheIsolation, Scorer
-from evalgate.probe.cache import answer_problems, check_seed_alpha
+from evalgate.errors import ConfigError
+from evalgate.probe.cache import answer_problems
+from evalgate.probe.report import EXIT_CODES, no_isolation_report
 from evalgate.stats import DEFAULT_FLIP_BUDGET, flip_budget_test
+from evalgate.store.probe_report import PROBE_SCHEMA, WarmColdSettings
+from evalgate.suites import SuiteOptions, default_registry
 
-__all__ = [
-    "DEFAULT_SUITES",
-    "EXIT_CODES",
-    "WarmColdResult",
-    "WarmColdSettings",
-    "no_isolation_report",
-    "run_warm_cold",
-    "summary_line",
-    "warm_cold_report",
-]
-
-DEFAULT_SUITES = ("arc_easy", "gsm8k")
-EXIT_CODES = {"PASS": 0, "BLOCK": 1, "NO_ISOLATION": 2, "ERROR": 3}
-"""As ``probe cache``'s: 0 PASS, 1 BLOCK, 2 the server can send no cold request, 3 no verdict."""
-SCHEMA = 1
+__all__ = ["WarmColdProbe", "WarmColdResult", "run_warm_cold", "suite_prompts", "warm_cold_report"]
 
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class WarmColdSettings:
-    """What one warm/cold run does; every field is recorded in probe.json."""
+class WarmColdProbe:
+    """``evalgate probe warm-cold`` as a ``Probe``: the settings and the prompts, by item id."""
 
-    suites: tuple[str, ...] = DEFAULT_SUITES
-    limit: int = 10
-    """Items per suite."""
-    max_tokens: int = 16
-    budget: float = DEFAULT_FLIP_BUDGET
-    alpha: float = 0.05
-    deterministic: bool = False
-    """The server is deterministic: the budget is 0, any flip BLOCKs."""
-    seed: int = 0
+    settings: WarmColdSettings
+    prompts: tuple[tuple[str, str], ...]
+    name = "warm_cold"
 
-    def __post_init__(self) -> None:
-        check_seed_alpha(self.seed, self.alpha)
+    @property
+    def deterministic(self) -> bool:
+        return self.settings.deterministic
+
+    async def run(self, scorer: Scorer, *, progress: Progress) -> dict[str, Any]:
+        s = self.settings
+        ids = [await scorer.tokenize(text) for _, text in self.prompts]
+        try:
+            result = await run_warm_cold(
+                scorer, ids, max_tokens=s.max_tokens, budget=s.budget, alpha=s.alpha, progress=progress
+            )
+        except NoCacheIsolation as exc:
+            return no_isolation_report(self.name, exc, s)
+        return warm_cold_report(result, s, [i for i, _ in self.prompts])
+
+
+def suite_prompts(settings: WarmColdSettings, data_dir: Path | None) -> tuple[tuple[str, str], ...]:
+    """Each item's prompt text by ``suite/item``; a suite whose prompts are no completion text
+    (chat, private) is refused (exit 2)."""
+    options = SuiteOptions(data_dir=data_dir, seed=settings.seed)
+    registry = default_registry()
+    prompts: list[tuple[str, str]] = []
+    for name in settings.suites:
+        suite = registry.get(name)
+        if suite.kind == "chat" or suite.private:
+            raise ConfigError(
+                f"probe warm-cold sends each prompt as a completion; {name} is a "
+                f"{'private' if suite.private else 'chat'} suite",
+                fix="probe a public completion suite, e.g. arc_easy or gsm8k",
+            )
+        for item in suite.load(options, settings.limit):
+            text = item.display.get("prompt")
+            if item.secrets or not isinstance(text, str) or not text:
+                raise ConfigError(
+                    f"suite {name} shows no prompt text for its items",
+                    fix="probe a public lm-eval suite, e.g. arc_easy or gsm8k",
+                )
+            prompts.append((f"{name}/{item.item_id}", text))
+    return tuple(prompts)
 
 
 @dataclass(frozen=True)
@@ -199,12 +221,12 @@ def warm_cold_report(
         for i, (item, w, c) in enumerate(zip(item_ids, result.warm, result.cold, strict=True))
     ]
     return {
-        "schema": SCHEMA,
+        "schema": PROBE_SCHEMA,
         "probe": "warm_cold",
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],
         "reasons": list(result.reasons),
-        "settings": {**asdict(settings), "suites": list(settings.suites)},
+        "settings": settings.model_dump(mode="json"),
         "n": len(items),
         "flips": len(result.flips),
         "budget": result.budget,
@@ -214,38 +236,6 @@ def warm_cold_report(
         "seconds": round(result.seconds, 1),
         "items": items,
     }
-
-
-def no_isolation_report(exc: NoCacheIsolation, settings: WarmColdSettings) -> dict[str, Any]:
-    """The report for a server that can send no cold request."""
-    return {
-        "schema": SCHEMA,
-        "probe": "warm_cold",
-        "verdict": "NO_ISOLATION",
-        "exit_code": EXIT_CODES["NO_ISOLATION"],
-        "reasons": [exc.cause, f"fix: {exc.fix}"],
-        "settings": {**asdict(settings), "suites": list(settings.suites)},
-    }
-
-
-def summary_line(report: dict[str, Any]) -> str:
-    """One line: the verdict, the flips against the budget, the cached tokens, the time."""
-    if report["verdict"] == "NO_ISOLATION":
-        return f"warm/cold answers: NO_ISOLATION: {report['reasons'][0]}"
-    warm, cold = report["conditions"]["warm"], report["conditions"]["cold"]
-    return (
-        f"warm/cold answers: {report['verdict']} in {report['seconds']:.0f} s; {report['flips']} flips of "
-        f"{report['n']} (budget {report['budget']:g}, p = {report['pvalue']:.3g}); warm requests read "
-        f"{_span(warm)} cached tokens, cold {_span(cold)}; median latency warm "
-        f"{warm['median_latency_s']:.3f} s, cold {cold['median_latency_s']:.3f} s"
-    )
-
-
-def _span(cond: dict[str, Any]) -> str:
-    lo, hi = cond["cached_tokens_min"], cond["cached_tokens_max"]
-    if lo is None:
-        return "(not reported)"
-    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def _condition(obs: Sequence[CacheObservation]) -> dict[str, Any]:

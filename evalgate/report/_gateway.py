@@ -12,6 +12,7 @@ from typing import Any
 from evalgate.redact import redact_url
 from evalgate.report import _format as fmt
 from evalgate.report._sections import Section
+from evalgate.store.facts import GatewayFacts, GatewayWorkerFacts
 from evalgate.store.manifest import Manifest
 
 __all__ = ["PD_NOTE", "WORKER_HEADERS", "GatewayPanel", "gateway_panels"]
@@ -41,39 +42,39 @@ def gateway_panels(m: Manifest) -> list[GatewayPanel]:
     out = []
     for arm, info in m.arms.items():
         gateway = info.server.gateway
-        if isinstance(gateway, dict):
+        if gateway is not None:
             out.append(_panel(arm, gateway))
     return out
 
 
-def _panel(arm: str, gateway: dict[str, Any]) -> GatewayPanel:
-    workers = [w for w in gateway.get("workers") or () if isinstance(w, dict)]
+def _panel(arm: str, gateway: GatewayFacts) -> GatewayPanel:
+    workers = list(gateway.workers or ())
     facts = [
-        ["gateway", _url(gateway.get("url"))],
+        ["gateway", _url(gateway.url)],
         [
             "program",
-            fmt.compact(gateway.get("program")) or "not recorded (attached: evalgate did not start it)",
+            fmt.compact(gateway.program) or "not recorded (attached: evalgate did not start it)",
         ],
-        ["policy", fmt.compact(gateway.get("policy")) or "not recorded"],
-        ["mode", "launched by evalgate" if gateway.get("launched") else "attached (already running)"],
+        ["policy", fmt.compact(gateway.policy) or "not recorded"],
+        ["mode", "launched by evalgate" if gateway.launched else "attached (already running)"],
     ]
-    if gateway.get("retries"):
-        facts.append(["retries", fmt.compact(gateway["retries"])])
-    probe = gateway.get("probe") if isinstance(gateway.get("probe"), dict) else {}
-    routed = _routed(gateway.get("routed"))
+    if gateway.retries:
+        facts.append(["retries", fmt.compact(gateway.retries)])
+    probe = gateway.probe or {}
+    routed = _routed(gateway.routed)
     rows = []
     for w in workers:
-        url = str(w.get("url") or "")
+        url = str(w.url or "")
         rows.append([
             _url(url),
-            fmt.compact(w.get("role")) or "regular",
+            fmt.compact(w.role) or "regular",
             _status(w),
             _kl(probe.get(url)),
             str(routed.pop(url.rstrip("/"), 0)),
         ])  # fmt: skip
     for name, n in routed.items():  # answers smg attributed to no listed worker ("?": no header)
         rows.append([_url(name), "", "not listed by the gateway", "", str(n)])
-    pd = any(w.get("role") in ("prefill", "decode") for w in workers)
+    pd = any(w.role in ("prefill", "decode") for w in workers)
     title = f"{arm}: {len(workers)} workers behind smg"
     table = Section(f"gateway-{arm}-workers", title, list(WORKER_HEADERS), rows)
     return GatewayPanel(f"gateway-{arm}", fmt.clean(title), facts, table, note=PD_NOTE if pd else "")
@@ -83,9 +84,9 @@ def _url(value: Any) -> str:
     return fmt.compact(redact_url(str(value))) if value else "not recorded"
 
 
-def _status(w: dict[str, Any]) -> str:
-    status = fmt.compact(w.get("status")) or "unknown"
-    return status if w.get("healthy", True) is not False else f"{status} (unhealthy)"
+def _status(w: GatewayWorkerFacts) -> str:
+    status = fmt.compact(w.status) or "unknown"
+    return status if w.healthy is not False else f"{status} (unhealthy)"
 
 
 def _kl(found: Any) -> str:

@@ -79,14 +79,11 @@ def _kv_of(manifest: Manifest, arm: str) -> dict[str, Any] | None:
         return dict(found)
     info = manifest.arms.get(arm)
     server = info.server if info is not None else ServerFacts()
-    for key in ("capacity", "kv_capacity"):
-        block = server.get(key)
-        if isinstance(block, Mapping) and (block.get("kv_tokens") or block.get("kv_mib")):
-            return dict(block)
-    buffers = server.get("kv_buffers_mib")
-    if isinstance(buffers, Mapping) and isinstance(buffers.get("total"), (int, float)):
-        return {"kv_mib": float(buffers["total"]), "same_pool": True}
-    return None
+    for pool in server.kv_pools():
+        if pool.kv_tokens or pool.kv_mib:
+            return pool.to_dict()
+    total = (server.kv_buffers_mib or {}).get("total")
+    return {"kv_mib": float(total), "same_pool": True} if total is not None else None
 
 
 def kv_capacity(manifest: Manifest) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

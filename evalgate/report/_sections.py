@@ -12,6 +12,7 @@ from typing import Any
 from evalgate.gate import Verdict
 from evalgate.report import _format as fmt
 from evalgate.report import throughput_svg as tp
+from evalgate.report._repeatability import REPEAT_NOTE, REPEAT_TITLE, repeatability_table
 from evalgate.report.answers import NOTE, OUTPUT_NOTE, answers_table, output_length_table
 from evalgate.store.manifest import Manifest
 
@@ -23,6 +24,7 @@ OPTIONAL_SECTIONS: tuple[tuple[str, str], ...] = (
     ("agreement", "Agreement between the arms"),
     ("answers", "Answers per arm"),
     ("output_lengths", "Accuracy by output length"),
+    ("repeatability", REPEAT_TITLE),
     ("kernel_check", "Kernel numerics check"),
     ("throughput", "Throughput"),
 )
@@ -64,6 +66,9 @@ def optional_sections(m: Manifest, verdict: Verdict) -> list[Section]:
             continue
         if key == "output_lengths":  # generation suites by their answers' length (report/answers.py)
             out.append(Section(key, title, *output_length_table(value), note=OUTPUT_NOTE))
+            continue
+        if key == "repeatability":  # --aa both: each arm's repeat against its first run
+            out.append(Section(key, title, *repeatability_table(value), note=REPEAT_NOTE))
             continue
         if key == "throughput" and isinstance(value, dict) and "levels" in value:
             out += _throughput(value, title)

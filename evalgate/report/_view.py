@@ -17,12 +17,14 @@ from evalgate.gate import NOT_ESTIMABLE, Row, Verdict, parse_margin
 from evalgate.gate.verdict import RunData
 from evalgate.redact import MASK, is_secret_key
 from evalgate.report import _format as fmt
+from evalgate.report._categories import CategoryPanel, category_panel
 from evalgate.report._drift import FLIP_NOTE, FLIP_TITLE, DriftPanel, drift_panels, flip_drift_tables
 from evalgate.report._gateway import GatewayPanel, gateway_panels
 from evalgate.report._items import SuiteItems, discordant_items
 from evalgate.report._lengths import LengthPanel, length_panels
 from evalgate.report._sections import OPTIONAL_SECTIONS, Section, flatten, optional_sections
 from evalgate.store.manifest import Manifest, VariantInfo
+from evalgate.store.provenance import WhatRanRow
 
 __all__ = ["OPTIONAL_SECTIONS", "ArgRow", "FactRow", "RowView", "RunView", "Section", "build_view"]
 
@@ -106,8 +108,14 @@ class RunView:
     flip_drift: list[Section] = field(default_factory=list)
     """The flip-drift table (multiple-choice suites: does the choice KL predict the flips?), or none."""
     gateways: list[GatewayPanel] = field(default_factory=list)
+    categories: CategoryPanel | None = None
+    """0/1 suites by category: one sortable table, informational (report/_categories.py)."""
     """Arms of several workers behind smg: the gateway, its policy and each worker (report/_gateway.py)."""
     comparability: str = ""
+    what_ran: list[WhatRanRow] = field(default_factory=list)
+    """What each arm's server reported it ran, side by side (verdict.json ``what_ran``)."""
+    warnings: list[str] = field(default_factory=list)
+    """Fallbacks and declared differences, shown at the top (verdict.json ``warnings``)."""
     """Whether the arms ran the same comparison, in one line (verdict.json ``comparability``)."""
 
     @property
@@ -146,7 +154,7 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
         margin_text="" if margin is None else (fmt.mde(margin) if isinstance(margin, float) else str(margin)),
         notes=[fmt.clean(n) for n in verdict.notes],
         exit_code=verdict.exit_code,
-        variants={arm: _variant(v) for arm, v in m.variants.items()},
+        variants={arm: _variant(v, _attached_label(m, arm)) for arm, v in m.variants.items()},
         engine=m.engine,
         engine_version=m.engine_version,
         git=commit + (" (dirty)" if m.git.dirty else ""),
@@ -168,7 +176,13 @@ def build_view(run: RunData, verdict: Verdict) -> RunView:
             Section("flip-drift", FLIP_TITLE, *t, note=FLIP_NOTE) for t in flip_drift_tables(verdict)
         ],
         gateways=gateway_panels(m),
+        categories=category_panel(verdict),
         comparability=fmt.clean(verdict.comparability.summary()) if verdict.comparability else "",
+        what_ran=[
+            WhatRanRow(r.key, r.label, fmt.clean(r.baseline), fmt.clean(r.candidate), r.differs)
+            for r in verdict.what_ran
+        ],
+        warnings=[fmt.clean(w) for w in verdict.warnings],
     )
 
 
@@ -213,7 +227,19 @@ def _score(r: Row, passed: int, rate: float) -> str:
     return f"{passed} / {r.n} ({rate:.1%})" if r.suite.startswith("private:") else fmt.score(rate)
 
 
-def _variant(v: VariantInfo) -> str:
+def _attached_label(m: Manifest, arm: str) -> str | None:
+    """An attached arm (#44): what its server reports it runs, or "unknown"; never the default
+    variant name the request carries, since nothing was said of an attached server."""
+    info = m.arms.get(arm)
+    if m.engine != "external" and not (info is not None and info.server.attached):
+        return None
+    found = info.server.provenance if info is not None else None
+    return "attached: " + ((found.label() if found is not None else None) or "unknown")
+
+
+def _variant(v: VariantInfo, attached: str | None = None) -> str:
+    if attached is not None:
+        return attached
     extra = ", ".join(f"{k} {value}" for k in ("weights", "kv") if (value := getattr(v, k)))
     return v.name + (f" ({extra})" if extra else "")
 
@@ -247,7 +273,10 @@ def _args(m: Manifest) -> list[ArgRow]:
 
 def _models(m: Manifest) -> list[ArgRow]:
     out = []
-    labels = [getattr(m.launch.get(arm), "label", None) for arm in ("baseline", "candidate")]
+    labels = [
+        getattr(m.launch.get(arm), "label", None) or _attached_label(m, arm)
+        for arm in ("baseline", "candidate")
+    ]
     if any(labels):  # what each arm computes in, as its engine names it (not the variant's name)
         b, c = (fmt.clean(x) if x else "not known" for x in labels)
         out.append(ArgRow("numerics", b, c, b != c))
@@ -288,7 +317,7 @@ def _per_arm(m: Manifest, key: str) -> list[Section]:
     for arm, info in m.arms.items():
         value = getattr(info, key, None)
         if value:  # ServerFacts: the keys the server reported, as written
-            out.append(Section(f"{key}-{arm}", arm, [], flatten(dict(value.items()))))
+            out.append(Section(f"{key}-{arm}", arm, [], flatten(value.to_dict())))
     return out
 
 

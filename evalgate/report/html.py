@@ -49,8 +49,11 @@ def _sha256(text: str) -> str:
 
 def render_html(view: RunView) -> str:
     css, js = _source("_style.html.j2"), _source("_script.html.j2")
+    # the per-category table's sort and filter: its own script, only on a page that has the table
+    table_js = _source("_categories_script.html.j2") if view.categories else ""
+    scripts = " ".join(_sha256(x) for x in (js, table_js) if x)
     csp = (
-        f"default-src 'none'; style-src {_sha256(css)}; script-src {_sha256(js)}; "
+        f"default-src 'none'; style-src {_sha256(css)}; script-src {scripts}; "
         "img-src data:; base-uri 'none'; form-action 'none'"
     )
     return (
@@ -60,6 +63,7 @@ def render_html(view: RunView) -> str:
             v=view,
             css=Markup(css),
             js=Markup(js),
+            table_js=Markup(table_js),
             csp=csp,
             forest=forest_plot(view.rows, margin=view.margin),
             differing=[a for a in [*view.models, *view.args] if a.differs],

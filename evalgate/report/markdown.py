@@ -78,6 +78,7 @@ def _head(v: RunView) -> list[str]:
         + (f" · margin {_md(v.margin_text)}" if v.margin_text else "")
         + f" · engine {_md(v.engine)} · exit code {v.exit_code} · run `{_text(v.run_id)}`\n\n",
     ]
+    out += [f"**warning**: {_md(w)}\n\n" for w in v.warnings]  # fallbacks, declared differences
     if v.comparability:
         out.append(f"Comparability: {_md(v.comparability)}\n\n")
     differing = [a for a in [*v.models, *v.args] if a.differs]
@@ -90,6 +91,13 @@ def _head(v: RunView) -> list[str]:
         out.append("Launch settings that differ: " + ", ".join(items) + "\n\n")
     else:
         out.append("Launch settings that differ: none\n\n")
+    if v.what_ran:  # as the servers reported it (store/provenance.py)
+        out.append("| what ran | baseline | candidate |\n|---|---|---|\n")
+        out += [
+            f"| {'**' + _md(r.label) + '**' if r.differs else _md(r.label)} | {_md(r.baseline)} | {_md(r.candidate)} |\n"
+            for r in v.what_ran
+        ]
+        out.append("\n")
     if v.rows:  # a drift-only run has no accuracy rows: no empty table, as in the terminal
         out.append(
             "| suite | metric | n | baseline | candidate | delta | CI | p | p (Holm) | flips | n10 / n01 | MDE | status |\n"
@@ -113,8 +121,10 @@ def _head(v: RunView) -> list[str]:
     out += [f"\n{_md(line)}\n" for line in v.not_judged]  # in full: never a cut sentence
     out += [_length_table(s) for s in v.lengths]
     out += [
-        _length_table(s) for s in v.sections if s.key in ("answers", "output_lengths")
+        _length_table(s) for s in v.sections if s.key in ("answers", "output_lengths", "repeatability")
     ]  # report/answers.py
+    if v.categories:  # by category, informational: a line per suite (the table is in report.html)
+        out += [f"\n{_md(line)}\n" for line in v.categories.summaries]
     out += [_drift_table(s) for s in v.drift]  # drift suites (report/_drift.py)
     out += [_length_table(s) for s in v.flip_drift]
     out += [_gateway(g) for g in v.gateways]  # arms of several workers (report/_gateway.py)

@@ -7,9 +7,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from evalgate.gate import Row, SuiteLengths, Verdict
+from evalgate.report._categories import category_lines
 from evalgate.report._drift import PAIRS, drift_label, drift_value, flip_drift_tables, quantile_rows
 from evalgate.report._format import not_judged, show_bidi
 from evalgate.report._lengths import HEADERS, length_cells, trend_text
+from evalgate.report._repeatability import REPEAT_TITLE, repeatability_table
 from evalgate.report.answers import answers_table, output_length_table
 
 __all__ = ["print_verdict"]
@@ -101,14 +103,38 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
         for row in rows:
             by_length.add_row(*map(escape, row))
         console.print(by_length)
+    if verdict.repeatability:  # --aa both: each arm's repeat against its first run (report/_repeatability.py)
+        headers, rows = repeatability_table(verdict.to_dict()["repeatability"])
+        twice = Table(title=REPEAT_TITLE, title_justify="left")
+        for col in headers:
+            twice.add_column(col, justify="left" if col in ("suite", "compared", "") else "right")
+        for row in rows:
+            twice.add_row(*map(escape, row))
+        console.print(twice)
+    for line in category_lines(verdict):  # by category, informational (report/_categories.py)
+        console.print(escape(show_bidi(line)), soft_wrap=True)
     if verdict.aa:
         console.print("A/A noise floor: " + ", ".join(f"{r.suite} {r.flips:.1%} flips" for r in verdict.aa))
     # the reason and notes may quote a server ("[/bold]", a U+202E in an error body): text, never
     # markup, and bidirectional controls shown as escapes
+    if verdict.what_ran:  # what each arm's server reported it ran (store/provenance.py)
+        ran = Table(title=None)
+        for col in ("what ran", "baseline", "candidate", ""):
+            ran.add_column(col)
+        for w in verdict.what_ran:
+            ran.add_row(
+                w.label,
+                escape(show_bidi(w.baseline)),
+                escape(show_bidi(w.candidate)),
+                "differs" if w.differs else "",
+            )
+        console.print(ran)
     if verdict.comparability is not None:  # before the verdict: is the pair one comparison at all?
         console.print(f"comparability: {escape(show_bidi(verdict.comparability.summary()))}")
     style = _STYLE.get(verdict.verdict, "bold")
     console.print(f"[{style}]{verdict.verdict}[/]: {escape(show_bidi(verdict.reason))}")
+    for warning in verdict.warnings:  # beside the verdict: a fallback, a declared difference
+        console.print(f"[bold yellow]warning:[/] {escape(show_bidi(warning))}")
     for note in verdict.notes:
         console.print(f"note: {escape(show_bidi(note))}")
     if run_dir:

@@ -21,13 +21,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evalgate.engines import Scorer
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.attach import preflight_all
 from evalgate.engines.client import ROUTED_TO, RequestFailed
-from evalgate.errors import EvalgateError, InfraError, InvalidResponse, PreflightError
+from evalgate.errors import ConfigError, EvalgateError, InfraError, InvalidResponse, PreflightError
 from evalgate.redact import env_secrets, redact
 from evalgate.run.plan import RunPlan, check_resumed_server, check_resumed_tokenizer
 from evalgate.run.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
 from evalgate.store.drift_records import record_check
+from evalgate.store.provenance import Provenance, expectation_errors
 from evalgate.store.records import Record, RecordStore
 from evalgate.suites import Item, ItemResult, Suite, SuiteOptions, SuitePreflight
 from evalgate.throughput import finish_compare, measure_handle
@@ -116,21 +118,37 @@ def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str])
     handles = {}
     for arm in arms:
         handle = stack.enter_context(
-            plan.engine.launch(plan.specs[arm], name=arm, log_dir=plan.run_dir / "logs")
+            plan.engine.launch(plan.specs[arm], LaunchSlot(arm, plan.run_dir / "logs"))
         )
         handles[arm] = handle
         handle.retry = plan.retry  # the run's request timeout and tries, for the scorer's client
         if handle.api_key:
             plan.secrets.append(handle.api_key)
         check_resumed_server(plan, arm, dict(handle.info))  # --resume: what the records came from
+        provenance = plan.engine.provenance(handle)  # what the server reports it runs, not its flags
         plan.manifest.arm_launched(
             arm,
             command=handle.command,
-            server=handle.info,
+            server={**handle.info, "provenance": provenance},
             pid=handle.process.pid if handle.process else None,
         )
+        if plan.request.expect.get(arm):
+            plan.save()  # what the server reported, on disk before a refusal
+            require_expected(arm, plan.request.expect[arm], provenance)
     plan.save()
     return handles
+
+
+def require_expected(arm: str, expected: dict[str, str], provenance: Provenance) -> None:
+    """--expect: what the user declared must run, against what the arm's server reports; exit 2
+    before the arm's first item, the manifest already holding what it reported."""
+    problems = expectation_errors(arm, expected, provenance)
+    if problems:
+        raise ConfigError(
+            "; ".join(problems),
+            fix="launch the arm with settings that run what --expect names (the report's "
+            '"what ran" table shows what its server reported), or drop that --expect',
+        )
 
 
 def require_one_tokenizer(fingerprints: dict[str, str]) -> None:
@@ -249,14 +267,13 @@ async def _run_blocks(
 ) -> None:
     """Each block of the suite on every arm that lacks some of its items; ``recs`` gains the new
     records (so no look re-reads the files) and each arm's time on the suite is recorded."""
-    items = plan.items[suite.name]
     bars: dict[str, Any] = {}
     live: dict[str, LiveAccuracy] = {}
     spent: dict[str, float] = {}
 
     async def run(arm: str, block: list[Item]) -> None:
         done = recs[arm][suite.name]
-        todo = missing(done, suite.name, block)
+        todo = missing(done, suite.name, plan.arm_items(arm, suite.name, block))
         variant = plan.manifest.variants[arm].name
         if arm not in bars:  # the arm's first items of this suite
             flushed = await scorers[arm].flush_cache()  # no suite starts with another's prefix cache
@@ -266,12 +283,13 @@ async def _run_blocks(
                 check = await suite.preflight(scorers[arm], plan.options, server=arm)
                 if check is not None:
                     plan.manifest.suite_preflighted(arm, suite.name, check)
-            left = len(missing(done, suite.name, items))
+            mine = plan.arm_items(arm, suite.name)  # --aa both: the candidate's repeat runs a subset
+            left = len(missing(done, suite.name, mine))
             live[arm] = LiveAccuracy(suite.metrics[0], done.values())  # resumed items count too
             bars[arm] = progress.add_task(
                 f"{arm:9} {variant:10} {suite.name}",
-                total=len(items),
-                completed=len(items) - left,
+                total=len(mine),
+                completed=len(mine) - left,
                 state="",
                 acc=live[arm].text,
             )
@@ -288,7 +306,11 @@ async def _run_blocks(
 
     for block in schedule.blocks(suite, recs):
         show()
-        arms = [arm for arm in scorers if missing(recs[arm][suite.name], suite.name, block)]
+        arms = [
+            arm
+            for arm in scorers
+            if missing(recs[arm][suite.name], suite.name, plan.arm_items(arm, suite.name, block))
+        ]
         await _each(plan, arms, functools.partial(run, block=block))
     show()
     for arm, seconds in spent.items():
@@ -339,11 +361,7 @@ async def run_suite(
                 tokens=res.tokens if res else {},
                 latency_s=round(time.perf_counter() - t0, 4),
                 error=error,
-                extra={
-                    **item.extra,
-                    **(res.extra if res else {}),
-                    **({"workers": sorted(set(routes))} if routes else {}),
-                },
+                extra=item.extra.updated(res.extra if res else None, workers=sorted(set(routes)) or None),
             )
             store.append(record)
             written.append(record)

@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from evalgate.arms import REPEATS, original, repeat_ids
 from evalgate.config import EvalgateConfig
 from evalgate.engines import Engine
 from evalgate.engines.attach import deployment_changes
@@ -30,18 +31,7 @@ from evalgate.run.settle import load_items, resolve_suites, settle
 from evalgate.stats.sequential import DEFAULT_CHUNK
 from evalgate.store.files import write_atomic
 from evalgate.store.lock import RunLock
-from evalgate.store.manifest import (
-    ArmInfo,
-    LaunchInfo,
-    Manifest,
-    SuiteInfo,
-    VariantInfo,
-    command_line,
-    git_state,
-    package_versions,
-    utc_now,
-    write_manifest,
-)
+from evalgate.store.manifest import ArmInfo, LaunchInfo, Manifest, SuiteInfo, VariantInfo, write_manifest
 from evalgate.store.records import safe_name
 from evalgate.suites import Item, Suite, SuiteOptions
 from evalgate.variants import LaunchSpec, Variant
@@ -80,6 +70,15 @@ class RunPlan:
     recorded: dict[str, ArmInfo] = field(default_factory=dict)
     """--resume: each arm as the original run recorded it (its servers, its tokenizer), before this
     resume's launches overwrite it; the servers launched now must match it (``check_resumed_*``)."""
+
+    def arm_items(self, arm: str, suite: str, block: list[Item] | None = None) -> list[Item]:
+        """The items of ``block`` (default: all the suite's) that ``arm`` runs: every one, except
+        on the candidate's repeat (--aa both), which runs the first --aa-items of the suite."""
+        items = self.items[suite] if block is None else block
+        if arm not in REPEATS or original(arm) == "baseline":
+            return items
+        keep = set(repeat_ids([it.item_id for it in self.items[suite]], arm, self.request.aa_items))
+        return [it for it in items if it.item_id in keep]
 
     def release(self) -> None:
         if self.lock is not None:
@@ -195,14 +194,10 @@ def _manifest(
     options: SuiteOptions,
     variants: dict[str, Variant],
 ) -> Manifest:
-    return Manifest(
+    return Manifest.new(
         run_id=run_id,
-        created_utc=utc_now(),
-        command=command_line(),
         engine=engine.name,
         engine_version=engine.version(),
-        git=git_state(),
-        packages=package_versions(),
         request=req,
         variants={arm: VariantInfo(name=v.name, weights=v.weights, kv=v.kv) for arm, v in variants.items()},
         launch={

@@ -55,12 +55,14 @@ class Schedule(Protocol):
 
 def arm_groups(plan: Any) -> list[list[str]]:
     """Arms that run at the same time. One after the other by default (one GPU, or two CPU
-    cores); baseline and candidate together when the engine has a GPU set for each arm, except
-    with --with-throughput, whose sweep must not share the machine with the other arm."""
+    cores); baseline and candidate together when the engine has a GPU set for each arm, and then
+    their repeats (--aa both) together on the same GPUs, except with --with-throughput, whose
+    sweep must not share the machine with the other arm."""
     arms = list(plan.specs)
     if plan.engine.concurrent_arms and not plan.request.with_throughput:
         pair = [a for a in arms if a in ARMS]
-        return [pair] + [[a] for a in arms if a not in pair]
+        repeats = [a for a in arms if a not in pair]
+        return [pair] + ([repeats] if repeats else [])
     return [[a] for a in arms]
 
 
@@ -79,7 +81,7 @@ class FullSchedule:
         return [
             arm
             for arm in group
-            if any(missing(recs[arm][s.name], s.name, self.plan.items[s.name]) for s in suites)
+            if any(missing(recs[arm][s.name], s.name, self.plan.arm_items(arm, s.name)) for s in suites)
         ]
 
     def blocks(self, suite: Suite, recs: Records) -> Iterator[list[Item]]:

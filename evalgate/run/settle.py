@@ -15,8 +15,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
 from rich.console import Console
 
+from evalgate.arms import DEFAULT_AA_ITEMS, original, repeat_arms
 from evalgate.config import EvalgateConfig
 from evalgate.engines import ENGINES, Engine, get_engine, require_input_files
 from evalgate.engines.attach import ExternalEngine, require_two_servers
@@ -37,7 +39,16 @@ from evalgate.suites import (
 )
 from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
-__all__ = ["Settled", "load_items", "resolve_suites", "settle", "suite_options", "suite_tables"]
+__all__ = [
+    "Settled",
+    "load_items",
+    "resolve_suites",
+    "settle",
+    "settle_one",
+    "suite_options",
+    "suite_tables",
+    "with_deterministic",
+]
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,8 @@ class Settled:
     """What the engine measured on this machine for the launch settings (the manifest's ``host``)."""
     variants: dict[str, Variant]
     specs: dict[str, LaunchSpec]
-    """Per arm (``aa``, with --aa: the baseline's again), each checked before launch."""
+    """Per arm (``aa``, with --aa: the baseline's again; ``aa_candidate``, with --aa both: the
+    candidate's), each checked before launch."""
     suites: list[Suite]
     options: SuiteOptions
     previous: Manifest | None = None
@@ -75,14 +87,14 @@ def settle(
     names what a launch difference would confound in the only-quantization refusal (``bench``:
     speed, and no report records an --allow-diff)."""
     GatePolicy.from_request(req)  # validate
-    cfg = _deterministic(req, cfg)
+    cfg = with_deterministic(cfg) if req.deterministic else cfg
     engine, attached = _engine(req, cfg)
     previous = load_manifest(Path(req.resume)) if req.resume else None
     host = engine.settle_host(previous_env=previous.launch["baseline"].env if previous else None)
     variants = {"baseline": cfg.variant(req.baseline), "candidate": cfg.variant(req.candidate)}
     specs = {arm: engine.launch_spec(v) for arm, v in variants.items()}
-    if req.aa:  # the baseline launched a second time: the noise floor
-        variants["aa"], specs["aa"] = variants["baseline"], specs["baseline"]
+    for arm in repeat_arms(req.aa):  # --aa: the baseline launched again; --aa both: the candidate too
+        variants[arm], specs[arm] = variants[original(arm)], specs[original(arm)]
     require_input_files(specs)  # a --chat-template-file that is not there: exit 2, not a failed start
     require_only_quantization(
         specs["baseline"],
@@ -209,13 +221,34 @@ def load_items(settled: Settled, console: Console | None = None) -> dict[str, li
     return items
 
 
-def _deterministic(req: CompareRequest, cfg: EvalgateConfig) -> EvalgateConfig:
-    """--deterministic lands in each engine's launch settings (-np 1, SGLang's flag, vLLM's env),
-    so the launch args record it and a resume keeps it."""
-    if not req.deterministic:
-        return cfg
-    on = {"deterministic": True}
-    return cfg.model_copy(update={name: getattr(cfg, name).model_copy(update=on) for name in ENGINES})
+def with_deterministic(cfg: EvalgateConfig, engines: Sequence[str] = ENGINES) -> EvalgateConfig:
+    """--deterministic in each named engine's own section of ``cfg`` (-np 1, SGLang's flag, vLLM's
+    env), so the launch args record it and a resume keeps it; an engine with no such setting (a
+    registered test engine) is refused (exit 2)."""
+    update = {}
+    for name in engines:
+        section = getattr(cfg, name, None)
+        if not isinstance(section, BaseModel) or "deterministic" not in type(section).model_fields:
+            raise ConfigError(
+                f"--deterministic has no setting for the engine {name!r}",
+                fix=f"drop --deterministic, or launch {', '.join(ENGINES)}",
+            )
+        update[name] = section.model_copy(update={"deterministic": True})
+    return cfg.model_copy(update=update)
+
+
+def settle_one(
+    cfg: EvalgateConfig, *, engine: str, variant: str, deterministic: bool = False
+) -> tuple[Engine, LaunchSpec]:
+    """One launched server (``evalgate probe``): its engine and its variant's launch spec, checked
+    as a compare arm's are before launch (--deterministic as compare sets it, the spec's input
+    files present)."""
+    if deterministic:
+        cfg = with_deterministic(cfg, (engine,))
+    one = get_engine(engine, cfg)
+    spec = one.launch_spec(cfg.variant(variant))
+    require_input_files({"probe": spec})
+    return one, spec
 
 
 def _engine(req: CompareRequest, cfg: EvalgateConfig) -> tuple[Engine, bool]:
@@ -259,6 +292,14 @@ def _refuse_modes(req: CompareRequest, suites: list[Suite]) -> None:
         raise ConfigError(
             f"{' and '.join(picked)} pick(s) one lm-eval run from a folder of several, and this run gates servers",
             fix=f"drop {' and '.join(picked)}, or gate lm-eval runs with --baseline-samples/--candidate-samples",
+        )
+    if req.aa_items is not None and (req.aa != "both" or req.aa_items < 1):  # sizes --aa both's repeat
+        raise ConfigError(
+            f"--aa-items {req.aa_items} sizes the candidate's repeat, and "
+            + ("only --aa both runs one" if req.aa != "both" else "it must be at least 1"),
+            fix="add --aa both, or drop --aa-items"
+            if req.aa != "both"
+            else f"the default is {DEFAULT_AA_ITEMS} items per suite",
         )
     if req.repeats > 1:
         fixed = [s.name for s in suites if not s.samples]

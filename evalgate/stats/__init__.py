@@ -19,6 +19,7 @@ from evalgate.stats._agreement import (
     flip_budget_test,
     top1_agree,
 )
+from evalgate.stats._clustered import CR1_METHOD, ClusteredCI, clustered_diff_ci
 from evalgate.stats._drift import (
     DocDrift,
     document_drift,
@@ -43,6 +44,7 @@ from evalgate.stats._margin import EXACT_LIMIT, ExcessTestResult, excess_test, t
 from evalgate.stats._paired import McNemarResult, holm, mcnemar, mde, required_n
 from evalgate.stats._perplexity import rolling_aggregates
 from evalgate.stats._ratio_budget import IDENTICAL_METHOD, ZERO_INFLATED_METHOD, BudgetTest, ratio_budget_test
+from evalgate.stats._repeatability import IdenticalShares, clopper_pearson, identical_shares
 from evalgate.stats._resampling import (
     BootstrapResult,
     PermutationResult,
@@ -52,7 +54,7 @@ from evalgate.stats._resampling import (
 )
 from evalgate.stats._sampled import SampledExcessResult, sampled_excess_test
 from evalgate.stats._seeds import stable_seed
-from evalgate.stats._timing import DEFAULT_LEAK_SHARE, TimingResult, cache_timing_test
+from evalgate.stats._timing import DEFAULT_LEAK_SHARE, DEFAULT_MIN_MARGIN, TimingResult, cache_timing_test
 from evalgate.stats._trend import TrendResult, discordant_trend
 from evalgate.stats.sequential import (
     SequentialOutcome,
@@ -64,18 +66,22 @@ from evalgate.stats.sequential import (
 )
 
 __all__ = [
+    "CR1_METHOD",
     "DEFAULT_FLIP_BUDGET",
     "DEFAULT_LEAK_SHARE",
+    "DEFAULT_MIN_MARGIN",
     "EXACT_LIMIT",
     "IDENTICAL_METHOD",
     "ZERO_INFLATED_METHOD",
     "BinomTestResult",
     "BootstrapResult",
     "BudgetTest",
+    "ClusteredCI",
     "DiffCI",
     "DocDrift",
     "ExcessTestResult",
     "GradedCI",
+    "IdenticalShares",
     "McNemarResult",
     "PermutationResult",
     "SampledExcessResult",
@@ -86,6 +92,8 @@ __all__ = [
     "TrendResult",
     "cache_timing_test",
     "choice_kl",
+    "clopper_pearson",
+    "clustered_diff_ci",
     "discordant_trend",
     "document_drift",
     "excess_test",
@@ -94,6 +102,7 @@ __all__ = [
     "flip_futile",
     "graded_diff_ci",
     "holm",
+    "identical_shares",
     "kld_quantiles",
     "mcnemar",
     "mde",

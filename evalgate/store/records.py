@@ -11,8 +11,8 @@ reused; a line without one (written before every record carried it) belongs to t
 folder's manifest.
 
 Each line is strict JSON and valid UTF-8 whatever a server sent (``evalgate.store.record_json``:
-a NaN or infinity is written as null with ``extra["nonfinite"]`` saying what it was, a lone
-surrogate makes the line ASCII-only with ``extra["surrogates"]``); the file is read and written
+a NaN or infinity is written as null with ``extra.nonfinite`` saying what it was, a lone
+surrogate makes the line ASCII-only with ``extra.surrogates``); the file is read and written
 only as a regular file in the run folder, bounded (``evalgate.store.files``).
 """
 
@@ -29,7 +29,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic import dataclasses as pyd
 
 from evalgate.errors import ConfigError
-from evalgate.store.facts import RecordExtra
+from evalgate.store.facts import READ, RecordExtra
 from evalgate.store.files import append_bytes, entry_exists, iter_lines, make_folder, truncate_torn_tail
 from evalgate.store.record_json import NONFINITE, dumps_record, restore_nonfinite
 
@@ -88,7 +88,7 @@ class Record:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
         _check_schema(data)
-        return cls(**data)  # validated: a wrong type raises ValidationError
+        return _PARSE.validate_python(data, context=READ)  # a file's: keys not known are kept
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -115,7 +115,7 @@ def parse_record(line: str) -> Record:
         _check_schema(data)
         return Record.from_dict(restore_nonfinite({"run_id": "", **data}))
     try:
-        return _PARSE.validate_json(line)
+        return _PARSE.validate_json(line, context=READ)
     except ValidationError as exc:
         errors = exc.errors()
         if any(e["type"] == "json_invalid" for e in errors):  # Python's json also takes lone surrogates
@@ -214,7 +214,7 @@ def errors_as_wrong(records: Mapping[K, Record], metrics: Iterable[str]) -> dict
     moves to ``extra``), so it pairs and counts as wrong on that arm instead of leaving a gap."""
     zero = dict.fromkeys(metrics, 0.0)
     return {
-        key: replace(r, metrics=zero, error=None, extra={**r.extra, "error": r.error}) if r.error else r
+        key: replace(r, metrics=zero, error=None, extra=r.extra.updated(error=r.error)) if r.error else r
         for key, r in records.items()
     }
 

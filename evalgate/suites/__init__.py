@@ -1,4 +1,19 @@
-"""Suites: the registry and the built-ins (imported explicitly; no directory scanning)."""
+"""Suites: the registry and the built-ins (imported explicitly; no directory scanning).
+
+A suite (``_base.Suite``) loads its items, builds each item's request and scores the response;
+the gate only reads its facts (``metrics``, ``metric_kind``, ``kind``...). An lm-eval task is an
+``LmEvalSuite`` over lm-eval's own task definition (``_lmeval``), its chat variant an
+``LmEvalChatSuite`` (``_chat``); ``drift``, ``long_context``, ``tool_calls`` and ``private:<dir>``
+are suites of their own.
+
+How to add one: write ``suites/<name>.py`` with a factory ``name -> Suite`` (for an lm-eval task,
+a few lines around ``LmEvalSuite`` and a ``LocalData`` for ``--data-dir``, as ``arc.py`` does);
+subclass ``Suite`` and override only the facts that differ from its defaults; declare its options
+as a pydantic ``settings`` model (``[suites.<name>]``, ``--suite-opt``); register it in
+``default_registry`` below (and ``CHAT_VARIANTS`` if it has a chat variant). Bump ``version``
+whenever its prompts or scoring change (every record carries it). ``tests/suites/test_contract.py``
+checks that every registered suite subclasses the contract and lists the facts each declares.
+"""
 
 from __future__ import annotations
 

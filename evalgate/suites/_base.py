@@ -21,8 +21,9 @@ from pydantic import BaseModel, ValidationError
 
 from evalgate.engines import DEFAULT_ENGINE
 from evalgate.engines.api import Scorer
-from evalgate.errors import ConfigError
+from evalgate.errors import ConfigError, first_invalid, invalid_input
 from evalgate.stats import stable_seed
+from evalgate.store.facts import RecordExtra
 
 __all__ = [
     "PRESETS",
@@ -72,7 +73,8 @@ class Item:
     target: Any
     payload: Any
     """Suite-private: what ``run`` needs (lm-eval instances, a tool case, ...)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: RecordExtra = field(default_factory=RecordExtra)
+    """What the item is, written into each of its records (``RecordExtra``: subject, task, ...)."""
     display: dict[str, Any] = field(default_factory=dict)
     """What a reviewer reads in the report: ``prompt`` (str) and ``choices`` (list or None).
     Written once per run to ``prompts/<suite>.jsonl``, never for private suites."""
@@ -89,7 +91,8 @@ class ItemResult:
     extracted: Any
     metrics: dict[str, float]
     tokens: dict[str, int] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: RecordExtra = field(default_factory=RecordExtra)
+    """Facts about the answer (``RecordExtra``: empty, finish_reason, ...), over the item's own."""
 
 
 class Suite(Protocol):
@@ -198,12 +201,12 @@ def configure(suite: Suite, table: Mapping[str, Any] | None) -> Suite:
     try:
         settings = model.model_validate(dict(table))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(
-            f"suite option {suite.name}.{where}: {first['msg']} (evalgate.toml's [suites.{suite.name}] "
-            f"{where}, or --suite-opt {suite.name}.{where})",
-            fix=f"{suite.name} takes: {', '.join(options_help(model))}",
+        raise invalid_input(
+            exc,
+            at=lambda where: f"suite option {suite.name}.{where}",
+            fix=f"set it in evalgate.toml's [suites.{suite.name}] {first_invalid(exc).where} or with --suite-opt "
+            f"{suite.name}.KEY=VALUE; "
+            f"{suite.name} takes: {', '.join(options_help(model))}",
         ) from exc
     return dataclasses.replace(suite, settings=settings)  # type: ignore[type-var]
 

@@ -8,12 +8,12 @@ per item and repeat on both arms), and lm-eval's filters and ``process_results``
 What is graded is ``message.content`` and nothing else. A server that separates the reasoning
 (SGLang or vLLM with a reasoning parser, llama-server's ``--reasoning-format``) returns it in
 ``message.reasoning_content`` (vLLM now: ``reasoning``): it is stored apart in the record
-(``extra["reasoning_content"]``, never for a private suite unless revealed) and counted in
+(``extra.reasoning_content``, never for a private suite unless revealed) and counted in
 ``tokens["reasoning"]`` (the server's ``reasoning_tokens``, else its tokenizer's count). A server
 that returns the thinking inline instead (no parser set) answers with what follows the last
 ``</think>`` (lm-eval's ``think_end_token`` rule), and an answer that opens ``<think>`` and never
 closes it was cut while thinking: its answer is empty. Either way the record says
-``extra["think_inline"] = True``.
+``extra.think_inline`` (True).
 
 ``--thinking on|off`` is the chat template's switch, ``chat_template_kwargs: {"enable_thinking":
 ...}``: SGLang (protocol.py ``ChatCompletionRequest.chat_template_kwargs``), vLLM and llama-server
@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.engines import check_chat, first_choice
+from evalgate.store.facts import RecordExtra
 from evalgate.suites._base import Item, ItemResult, Scorer, SuiteOptions, stable_seed
 from evalgate.suites._lmeval import LmEvalSuite, no_answer, score
 
@@ -165,15 +166,13 @@ class LmEvalChatSuite(LmEvalSuite):
         answer = read_chat(await scorer.chat(payload), list(gen.get("until") or []), prefill=prefill)
         metrics, extracted = score(task, doc, instances, [answer.content])
         tokens = {"prompt": answer.prompt_tokens, "completion": answer.completion_tokens}
-        extra: dict[str, Any] = {
-            "empty": not answer.content.strip(),
-            "finish_reason": answer.finish_reason,
-            "no_answer": no_answer(task, self.metrics[0], extracted),
-        }
         if answer.reasoning is not None:
             tokens["reasoning"] = answer.reasoning_tokens or len(await scorer.tokenize(answer.reasoning))
-            if not self.private or options.reveal_private:
-                extra["reasoning_content"] = answer.reasoning
-        if answer.think_inline:
-            extra["think_inline"] = True
+        extra = RecordExtra(  # None: not said, not written
+            empty=not answer.content.strip(),
+            finish_reason=answer.finish_reason,
+            no_answer=no_answer(task, self.metrics[0], extracted),
+            reasoning_content=answer.reasoning if not self.private or options.reveal_private else None,
+            think_inline=answer.think_inline or None,
+        )
         return ItemResult(answer.content, extracted, metrics, tokens, extra=extra)

@@ -24,7 +24,9 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
+from evalgate.engines.api import Generation
 from evalgate.errors import ConfigError
+from evalgate.store.facts import RecordExtra
 from evalgate.suites._base import (
     Item,
     ItemResult,
@@ -77,6 +79,9 @@ class LmEvalSuite(Suite):
     hub: str
     item_id: Callable[[dict[str, Any], int], str] = field(default=lambda doc, i: f"test-{i}")
     private: bool = False
+    recorded: tuple[str, ...] = ()
+    """Document columns copied into each record's ``extra`` (MMLU-Pro: ``src``, the source exam
+    that correlates items within a category; the gate's per-category intervals cluster on it)."""
 
     @property
     def samples(self) -> bool:
@@ -125,12 +130,14 @@ class LmEvalSuite(Suite):
             chat, budget = self.kind == "chat", self.gen_budget()
             args = [_jsonable_args(inst.arguments, options, chat=chat, budget=budget) for inst in instances]
             extra = {"subject": member.label} if grouped else {}
+            extra |= {key: str(doc[key]) for key in self.recorded if doc.get(key) is not None}
             display = {
                 "prompt": _shown(args[0][0]),
                 "choices": [a[1] for a in args] if instances[0].request_type == "loglikelihood" else None,
             }
             payload = (task, doc, instances, args)
-            items.append(Item(item_id, prompt_hash(args), task.doc_to_target(doc), payload, extra, display))
+            meta = RecordExtra.model_validate(extra)  # a recorded column must be a RecordExtra field
+            items.append(Item(item_id, prompt_hash(args), task.doc_to_target(doc), payload, meta, display))
         return items
 
     def gen_budget(self) -> int | None:
@@ -141,7 +148,7 @@ class LmEvalSuite(Suite):
     # -- running --------------------------------------------------------------------------
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
         task, doc, instances, args = item.payload
-        extra: dict[str, Any] = {}
+        extra = RecordExtra()
         if instances[0].request_type == "loglikelihood":
             if len({a[0] for a in args}) == 1:  # one context: one request where the engine batches
                 outs = await scorer.loglikelihood_many(args[0][0], [a[1] for a in args])
@@ -155,23 +162,24 @@ class LmEvalSuite(Suite):
             temperature = (
                 options.temperature if options.temperature is not None else gen.get("temperature", 0.0)
             )
-            out = await scorer.generate(
-                ctx,
+            how = Generation(
                 max_tokens=int(gen["max_gen_toks"]),
-                stop=list(gen["until"]),
+                stop=tuple(gen["until"]),
                 temperature=float(temperature),
                 # common random numbers: repeat r of an item samples with one seed on both arms
                 seed=stable_seed(options.seed, self.name, item.item_id, item.repeat),
                 sampling=dict(options.sampling) or None,
             )
+            out = await scorer.generate(ctx, how)
             resps = [out["text"]]
             tokens = {"prompt": out.get("prompt_tokens", 0), "completion": out.get("completion_tokens", 0)}
             response = out["text"]
             # what the gate's unanswered test reads (agreement.unanswered): empty, or cut at max tokens
-            extra["empty"] = not response.strip()
-            extra["finish_reason"] = out.get("finish_reason")
-            if out.get("truncated_tokens"):
-                extra["truncated_tokens"] = int(out["truncated_tokens"])
+            extra = RecordExtra(  # None: not said, not written
+                empty=not response.strip(),
+                finish_reason=out.get("finish_reason"),
+                truncated_tokens=int(out["truncated_tokens"]) if out.get("truncated_tokens") else None,
+            )
         else:
             raise ConfigError(
                 f"{self.name}: request type {instances[0].request_type} is not supported", fix=""
@@ -180,7 +188,7 @@ class LmEvalSuite(Suite):
         if instances[0].request_type == "loglikelihood":
             extracted = _choice_predictions(task, doc, resps)
         else:  # what the per-arm no_answer rate reads
-            extra["no_answer"] = no_answer(task, self.metrics[0], extracted)
+            extra = extra.updated(no_answer=no_answer(task, self.metrics[0], extracted))
         return ItemResult(response, extracted, metrics, tokens, extra=extra)
 
 

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalgate.config import read_text
 from evalgate.engines.api import Position
 from evalgate.errors import ConfigError, InvalidResponse
+from evalgate.store.facts import RecordExtra
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 
 __all__ = ["DriftSettings", "DriftSuite", "drift"]
@@ -186,7 +187,7 @@ class DriftSuite(Suite):
             extracted=None,
             metrics={"loglik": loglik, "tokens": float(len(positions))},
             tokens=counts,
-            extra={"prompt_tokens": len(tokens), "sent_hash": digest},
+            extra=RecordExtra(prompt_tokens=len(tokens), sent_hash=digest),
         )
 
 

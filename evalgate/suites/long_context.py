@@ -24,7 +24,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evalgate.engines.api import Generation
 from evalgate.errors import ConfigError
+from evalgate.store.facts import RecordExtra
 from evalgate.suites import _haystack as hs
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, stable_seed
 
@@ -187,7 +189,7 @@ class LongContextSuite(Suite):
                         prompt_hash=prompt_hash(request),
                         target=list(spec.answers),
                         payload=spec,
-                        extra={"context_length": length, "task": task, "depth": spec.depth},
+                        extra=RecordExtra(context_length=length, task=task, depth=spec.depth),
                         display={
                             "prompt": f"[{task}, {length} tokens, depth {_depth(spec.depth)}] {spec.question}",
                             "choices": None,
@@ -225,17 +227,16 @@ class LongContextSuite(Suite):
         spec: hs.Spec = item.payload
         room = self._room(options)
         text, n_tokens = await build_prompt(spec, scorer, budget=spec.length - room, chat=self.settings.chat)
-        out = await scorer.generate(text, max_tokens=room, stop=[], temperature=0.0, seed=options.seed)
+        out = await scorer.generate(text, Generation(max_tokens=room, seed=options.seed))
         response = str(out["text"])
         score = hs.string_match_all(response, spec.answers)
-        extra: dict[str, Any] = {
-            "prompt_tokens": n_tokens,
-            "sent_hash": hashlib.sha256(text.encode()).hexdigest()[:16],
-            "empty": not response.strip(),
-            "finish_reason": out.get("finish_reason"),
-        }
-        if out.get("truncated_tokens"):
-            extra["truncated_tokens"] = int(out["truncated_tokens"])
+        extra = RecordExtra(  # None: not said, not written
+            prompt_tokens=n_tokens,
+            sent_hash=hashlib.sha256(text.encode()).hexdigest()[:16],
+            empty=not response.strip(),
+            finish_reason=out.get("finish_reason"),
+            truncated_tokens=int(out["truncated_tokens"]) if out.get("truncated_tokens") else None,
+        )
         tokens = {"prompt": out.get("prompt_tokens", 0), "completion": out.get("completion_tokens", 0)}
         found = [a for a in spec.answers if a.lower() in response.lower()]
         return ItemResult(response, found, {"string_match_all": score}, tokens, extra=extra)

@@ -35,6 +35,7 @@ def mmlu_pro(name: str = "mmlu_pro") -> LmEvalSuite:
         members=tuple(Member(c, f"mmlu_pro/mmlu_pro_{c}.yaml", _LOCAL) for c in CATEGORIES),
         hub="TIGER-Lab/MMLU-Pro",
         item_id=_item_id,
+        recorded=("src",),
     )
 
 
@@ -58,4 +59,5 @@ def mmlu_pro_chat(name: str = "mmlu_pro_chat") -> LmEvalChatSuite:
         ),
         hub="TIGER-Lab/MMLU-Pro",
         item_id=_item_id,
+        recorded=("src",),
     )

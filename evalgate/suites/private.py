@@ -23,7 +23,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalgate.config import path_kind, read_text, require_regular_file
-from evalgate.errors import ConfigError
+from evalgate.errors import ConfigError, first_invalid, invalid_input
+from evalgate.store.facts import RecordExtra
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 from evalgate.suites._chat import read_chat
 from evalgate.suites._graders import (
@@ -273,10 +274,11 @@ EXAM_RULES = {
 """Each exam.toml key: the rule its value must follow, as an error states it, and an example."""
 
 
-def _toml_problem(path: Path, error: Any) -> ConfigError:
+def _toml_problem(path: Path, exc: ValidationError) -> ConfigError:
     """The rule that failed, for the key it failed on; never the value (the system prompt is private)."""
-    key = ".".join(map(str, error["loc"])) or "(top level)"
-    if error["type"] == "extra_forbidden":
+    first = first_invalid(exc)
+    key = first.where
+    if first.kind == "extra_forbidden":
         near = difflib.get_close_matches(key, EXAM_RULES, n=1)
         return ConfigError(
             f"{path}: unknown key {key!r}; exam.toml takes only {', '.join(EXAM_RULES)}",
@@ -284,7 +286,7 @@ def _toml_problem(path: Path, error: Any) -> ConfigError:
             + "remove or rename it (suites/private/README.md)",
         )
     if key not in EXAM_RULES:
-        return ConfigError(f"{path}: {key}: {error['msg']}", fix="see suites/private/README.md")
+        return invalid_input(exc, at=lambda where: f"{path}: {where}", fix="see suites/private/README.md")
     rule, example = EXAM_RULES[key]
     return ConfigError(f"{path}: {key} must be {rule}", fix=f"for example: {key} = {example}")
 
@@ -297,7 +299,7 @@ def _read_toml(path: Path) -> ExamConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", fix="fix the line it names") from exc
     except ValidationError as exc:
-        raise _toml_problem(path, exc.errors()[0]) from exc
+        raise _toml_problem(path, exc) from exc
 
 
 def load_exam(path: Path) -> Exam:
@@ -362,7 +364,7 @@ class PrivateSuite(Suite):
                 else {}
             )
             secret = (it.prompt, it.answer, self.exam.system_prompt or "", *(it.choices or ()))
-            meta = {"grader": it.grader}
+            meta = RecordExtra(grader=it.grader)
             out.append(Item(it.id, prompt_hash(request), it.answer, (it, request), meta, shown, secret))
         return out
 
@@ -375,15 +377,16 @@ class PrivateSuite(Suite):
         passed, extracted = exam_item.grade(text)
         tokens = {"prompt": answer.prompt_tokens, "completion": answer.completion_tokens}
         # no item text: what the gate's unanswered test reads (empty, or cut at max tokens)
-        extra: dict[str, Any] = {"empty": not text.strip(), "finish_reason": answer.finish_reason}
-        if exam_item.grader != "regex":  # a regex that does not match is a wrong answer, not none
-            extra["no_answer"] = extracted is None or extracted == ""
         if answer.reasoning is not None:
             tokens["reasoning"] = answer.reasoning_tokens or len(await scorer.tokenize(answer.reasoning))
-            if options.reveal_private:
-                extra["reasoning_content"] = answer.reasoning
-        if answer.think_inline:
-            extra["think_inline"] = True
+        extra = RecordExtra(  # None: not said, not written
+            empty=not text.strip(),
+            finish_reason=answer.finish_reason,
+            # a regex that does not match is a wrong answer, not none
+            no_answer=(extracted is None or extracted == "") if exam_item.grader != "regex" else None,
+            reasoning_content=answer.reasoning if options.reveal_private else None,
+            think_inline=answer.think_inline or None,
+        )
         return ItemResult(text, extracted, {"pass": float(passed)}, tokens, extra=extra)
 
 

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalgate.engines import TOOL_PARSING_ENGINES
 from evalgate.engines.client import RequestFailed
 from evalgate.errors import ConfigError, PreflightError
+from evalgate.store.facts import RecordExtra
 from evalgate.suites import _bfcl
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 
@@ -180,7 +181,7 @@ class ToolCallSuite(Suite):
                     prompt_hash=prompt_hash(request),
                     target={"expect": expectation(case), "ground_truth": case.get("ground_truth")},
                     payload=(case, request),
-                    extra={"category": case["category"], "tool_prefill": prefill},
+                    extra=RecordExtra(category=case["category"], tool_prefill=prefill),
                     display={"prompt": user[-1] if user else "", "choices": None},
                 )
             )
@@ -215,10 +216,10 @@ class ToolCallSuite(Suite):
         recorded = recorded_message(message, choice.get("finish_reason"))
         # what the gate's unanswered test reads: neither text nor a call, or cut at max tokens
         finish = recorded["finish_reason"]
-        extra = {
-            "empty": not (recorded["content"] or "").strip() and not recorded["tool_calls"],
-            "finish_reason": finish if isinstance(finish, str) else None,
-        }
+        extra = RecordExtra(
+            empty=not (recorded["content"] or "").strip() and not recorded["tool_calls"],
+            finish_reason=finish if isinstance(finish, str) else None,
+        )
         return ItemResult(recorded, extracted, metrics, tokens, extra=extra)
 
 

@@ -65,3 +65,69 @@ def test_cli_takes_the_flip_rate_from_a_runs_aa_rows(
     assert main(["plan-power", "--suites", "arc_easy", "--mde", "1%rel"]) == 2
     assert main(["plan-power", "--suites", "arc_esay", "--mde", "2pt"]) == 2  # did you mean arc_easy?
     assert "arc_easy" in capsys.readouterr().err
+
+
+def test_the_longest_length_row_is_one_more_test_and_a_row_of_its_own() -> None:
+    kinds = ["generate", "generate"]
+    assert family_size(kinds, policy="difference", agreement_gate=True, longest=1) == 2 + 2 + 2 + 1
+    assert family_size(kinds, policy="non-inferiority", agreement_gate=False, longest=1) == 1
+    suites = {"gsm8k": ("generate", None), "long_context": ("generate", 1500)}
+    rates = {"gsm8k": (0.05, "x"), "long_context": (0.05, "x")}
+    tests, rows = plan_power(
+        suites, mde=0.03, flip_rates=rates, lengths={"long_context": (1024, 2048, 4096)},
+        longest_rates={"long_context": (0.12, "pilot at 4096")},
+    )  # fmt: skip
+    assert tests == 7 and [r.longest for r in rows] == [None, None, 4096]
+    longest = rows[-1]
+    assert (longest.alternative, longest.level, longest.available) == ("less", 0.05 / 7, 500)
+    assert longest.needed == stats.required_n(0.03, 0.12, alpha=0.05 / 7, alternative="less")
+    assert longest.mde_available == stats.mde(500, 0.12, alpha=0.05 / 7, alternative="less")
+    one, _ = plan_power(suites, mde=0.03, flip_rates=rates, lengths={"long_context": (4096,)})
+    assert one == 6  # one length: the pooled row is the test of it, no longest-length row
+    ni_tests, ni = plan_power(
+        suites, mde=0.03, flip_rates=rates, policy="non-inferiority", lengths={"long_context": (1024, 4096)}
+    )
+    assert ni_tests == 2 + 2 + 1 and all(r.longest is None for r in ni)  # counted, not sized
+
+
+def test_cli_plans_long_context_at_its_longest_length_and_says_what_it_assumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan-power", "--suites", "gsm8k,long_context", "--mde", "3pt"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "7 tests in the Holm family" in out and "long_context longest (4096 tokens)" in out
+    needed = stats.required_n(0.03, 0.05, alpha=0.05 / 7, alternative="less")
+    assert str(needed) in out and f"long_context --limit {needed} (3 lengths)" in out
+    assert "assumes:" in out and "independent items" in out and "two-sided alpha 0.05/7 = 0.0071" in out
+    assert "one-sided (the candidate worse)" in out
+
+    run = tmp_path / "run"
+    run.mkdir()
+    doc = {
+        "suites": [
+            {"suite": "long_context", "primary": True, "flips": 0.04, "test": "mcnemar"},
+            {"suite": "gsm8k", "primary": True, "flips": 0.3, "test": "sign-flip"},
+        ],
+        "lengths": [{"suite": "long_context", "rows": [{"context_length": 8192, "flip_rate": 0.2}]}],
+    }
+    (run / "verdict.json").write_text(json.dumps(doc))
+    flags = [
+        "--suites",
+        "gsm8k,long_context",
+        "--mde",
+        "3pt",
+        "--from",
+        str(run),
+        "--context-lengths",
+        "2k,8k",
+    ]
+    assert main(["plan-power", *flags]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    at_longest = stats.required_n(0.03, 0.2, alpha=0.05 / 7, alternative="less")
+    assert (
+        f"long_context longest (8192 tokens) │ 20.0% │ {at_longest}" in out
+        and "candidate of run at 8192" in out
+    )
+    assert "graded: each differing item counted as a whole-range change" in out  # gsm8k's row was sign-flip
+    assert main(["plan-power", "--suites", "gsm8k", "--mde", "3pt", "--context-lengths", "4k"]) == 2
+    assert main(["plan-power", "--suites", "long_context", "--mde", "3pt", "--context-lengths", "0k"]) == 2

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.engines import ServerHandle
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.variants import Variant
 
@@ -36,5 +37,5 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]
     engine = LlamaCppEngine()
     slots = tmp_path_factory.mktemp("slots")
     spec = engine.launch_spec(Variant("bf16", args=(("--slot-save-path", str(slots)),)))
-    with engine.launch(spec, name="upstream", log_dir=tmp_path_factory.mktemp("llama")) as handle:
+    with engine.launch(spec, LaunchSlot("upstream", tmp_path_factory.mktemp("llama"))) as handle:
         yield handle

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.cli import main
+from evalgate.engines.api import LaunchSlot
 from tests.conftest import needs_models
 
 pytestmark = [pytest.mark.e2e, needs_models]
@@ -253,8 +254,8 @@ def test_attached_servers_give_the_launched_verdict(
 
     cfg = EvalgateConfig()
     engine = LlamaCppEngine(cfg.llamacpp.model_copy(update={"deterministic": True}))
-    base = engine.launch(engine.launch_spec(cfg.variant("bf16")), name="ext-base", log_dir=tmp_path)
-    cand = engine.launch(engine.launch_spec(cfg.variant("fp8kv")), name="ext-cand", log_dir=tmp_path)
+    base = engine.launch(engine.launch_spec(cfg.variant("bf16")), LaunchSlot("ext-base", tmp_path))
+    cand = engine.launch(engine.launch_spec(cfg.variant("fp8kv")), LaunchSlot("ext-cand", tmp_path))
     with base as b, cand as c:
         monkeypatch.setenv("EVALGATE_BASELINE_API_KEY", b.api_key)
         monkeypatch.setenv("EVALGATE_CANDIDATE_API_KEY", c.api_key)

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.attach import ExternalEngine, preflight_all
 from evalgate.variants import parse_variant
 from tests.conftest import needs_models
@@ -48,7 +49,7 @@ def test_sharded_arc_logliks_equal_direct_llamacpp(
     ):
         engine = ExternalEngine({"baseline": [url, f"http://localhost:{port}"], "candidate": [url]})
         spec = engine.launch_spec(parse_variant("bf16"))
-        with engine.launch(spec, name="baseline", log_dir=tmp_path) as handle:
+        with engine.launch(spec, LaunchSlot("baseline", tmp_path)) as handle:
             assert handle.info["protocol"] == "llamacpp" and key not in json.dumps(handle.info)
             fp = handle.info["servers"][url]
             assert fp["total_slots"] == 2 and fp["n_ctx_per_slot"] in (2048, 4096)

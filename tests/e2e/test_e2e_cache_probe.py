@@ -15,6 +15,7 @@ import pytest
 from evalgate.cli import main
 from evalgate.config import LlamaCppConfig
 from evalgate.engines import ServerHandle
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.probe.canary import CanaryResult, filler_prompts, run_canary
 from evalgate.variants import Variant
@@ -34,7 +35,7 @@ TENANT = [
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlamaCppEngine, ServerHandle]]:
     engine = LlamaCppEngine(LlamaCppConfig(parallel=4, deterministic=False))
     spec = engine.launch_spec(Variant("bf16"))
-    with engine.launch(spec, name="baseline", log_dir=tmp_path_factory.mktemp("llama")) as handle:
+    with engine.launch(spec, LaunchSlot("baseline", tmp_path_factory.mktemp("llama"))) as handle:
         yield engine, handle
 
 

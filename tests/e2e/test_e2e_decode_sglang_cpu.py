@@ -24,7 +24,7 @@ import pytest
 
 from evalgate.config import SGLangConfig
 from evalgate.engines import ServerHandle
-from evalgate.engines.api import Decoded, Position
+from evalgate.engines.api import Decoded, LaunchSlot, Position
 from evalgate.engines.sglang._cpu import SGLangCPUEngine
 from evalgate.engines.sglang._decode import decode_payload, read_decoded
 from evalgate.variants import parse_variant
@@ -44,7 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SGLangCPU
     engine = SGLangCPUEngine(SGLangConfig(device="cpu", ready_timeout_s=300))
     spec = engine.launch_spec(parse_variant("bf16"))
     start = time.monotonic()
-    with engine.launch(spec, name="decode", log_dir=tmp_path_factory.mktemp("logs")) as handle:
+    with engine.launch(spec, LaunchSlot("decode", tmp_path_factory.mktemp("logs"))) as handle:
         print(f"SGLang CPU server up in {time.monotonic() - start:.0f} s")
         yield engine, handle
 

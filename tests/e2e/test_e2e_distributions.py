@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from evalgate.engines import ServerHandle
-from evalgate.engines.api import Position
+from evalgate.engines.api import LaunchSlot, Position
 from evalgate.engines.llamacpp import LlamaCppEngine, LlamaCppScorer
 from evalgate.variants import Variant
 from tests.conftest import needs_models
@@ -30,7 +30,7 @@ TOP_K = 20
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     engine = LlamaCppEngine()
     spec = engine.launch_spec(Variant("bf16"))
-    with engine.launch(spec, name="baseline", log_dir=tmp_path_factory.mktemp("llama")) as handle:
+    with engine.launch(spec, LaunchSlot("baseline", tmp_path_factory.mktemp("llama"))) as handle:
         yield handle
 
 

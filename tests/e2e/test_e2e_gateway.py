@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from evalgate.cli import main
+from evalgate.engines.api import LaunchSlot
 from tests.conftest import needs_models
 
 pytestmark = [pytest.mark.e2e, needs_models]
@@ -122,7 +123,7 @@ def test_attached_gateways_score_like_one_server_and_a_mixed_arm_is_refused(
             spec = engine.launch_spec(parse_variant(variant))
             up[variant] = [
                 stack.enter_context(
-                    engine.launch(spec, name="ext", log_dir=tmp_path, worker=WorkerSlot(i, 4, key))
+                    engine.launch(spec, LaunchSlot("ext", tmp_path, worker=WorkerSlot(i, 4, key)))
                 )
                 for i in (first, first + 1)
             ]

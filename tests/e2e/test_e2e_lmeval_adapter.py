@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from evalgate.engines.api import LaunchSlot
 from evalgate.suites import Item, SuiteOptions, default_registry
 from evalgate.suites._lmeval import build_instances
 from tests.conftest import needs_models
@@ -26,7 +27,7 @@ def test_lm_eval_evaluator_matches_evalgate_per_item(data_dir: Path, tmp_path: P
     options = SuiteOptions(data_dir=data_dir)
     task = suite.task(options)
     engine = LlamaCppEngine()
-    with engine.launch(engine.launch_spec(parse_variant("bf16")), name="xcheck", log_dir=tmp_path) as h:
+    with engine.launch(engine.launch_spec(parse_variant("bf16")), LaunchSlot("xcheck", tmp_path)) as h:
         out = lm_eval.simple_evaluate(
             model=EvalgateLM(base_url=h.base_url, api_key=h.api_key),
             tasks=[task],

@@ -28,6 +28,7 @@ import pytest
 from evalgate.cli import main
 from evalgate.config import SGLangConfig
 from evalgate.engines import ServerHandle
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.sglang import TESTED_VERSION, sglang_capacity
 from evalgate.engines.sglang._cpu import SGLangCPUEngine, checkpoint_dir, default_root, venv_python
 from evalgate.variants import parse_variant
@@ -197,8 +198,8 @@ def servers(
     spec = engine.launch_spec(parse_variant("bf16"))
     logs = tmp_path_factory.mktemp("logs")
     with (
-        engine.launch(spec, name="one", log_dir=logs) as one,
-        engine.launch(spec, name="two", log_dir=logs) as two,
+        engine.launch(spec, LaunchSlot("one", logs)) as one,
+        engine.launch(spec, LaunchSlot("two", logs)) as two,
     ):
         yield engine, one, two
 

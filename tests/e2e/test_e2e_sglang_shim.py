@@ -20,6 +20,7 @@ import pytest
 
 from evalgate.config import SGLangConfig
 from evalgate.engines import ServerHandle
+from evalgate.engines.api import Generation, LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppScorer
 from evalgate.engines.preflight import preflight
 from evalgate.engines.sglang import SGLangEngine
@@ -72,8 +73,8 @@ async def drive(engine: SGLangEngine, handle: ServerHandle, upstream: ServerHand
         out["tokens"] = (await sgl.tokenize(ITEMS[0][0]), await direct.tokenize(ITEMS[0][0]))
         prompt = "Question: What is 2 + 2?\nAnswer:"
         out["generate"] = (
-            (await sgl.generate(prompt, max_tokens=12, stop=["\n"], temperature=0.0))["text"],
-            (await direct.generate(prompt, max_tokens=12, stop=["\n"], temperature=0.0))["text"],
+            (await sgl.generate(prompt, Generation(max_tokens=12, stop=("\n",))))["text"],
+            (await direct.generate(prompt, Generation(max_tokens=12, stop=("\n",))))["text"],
         )
         tool = {
             "type": "function",
@@ -108,7 +109,7 @@ async def drive(engine: SGLangEngine, handle: ServerHandle, upstream: ServerHand
 def test_sglang_scorer_through_the_shim_matches_llama_server(upstream: ServerHandle, tmp_path: Path) -> None:
     engine = sglang_engine(upstream, tmp_path)
     spec = engine.launch_spec(parse_variant("fp8kv"))
-    with engine.launch(spec, name="candidate", log_dir=tmp_path / "logs") as handle:
+    with engine.launch(spec, LaunchSlot("candidate", tmp_path / "logs")) as handle:
         # launch: readiness on /health_generate, flags through to the server, key masked everywhere
         info: dict[str, Any] = dict(handle.info)
         assert info["kv_cache_dtype"] == "fp8_e4m3" and info["max_total_num_tokens"] > 0
@@ -228,11 +229,11 @@ def test_the_shim_answers_as_sglang_0_5_23(upstream: ServerHandle, tmp_path: Pat
     odd = Variant(
         "bf16-model-defaults", args=(("--sampling-defaults", "model"), ("--admin-api-key", "ADMIN-K"))
     )
-    with engine.launch(engine.launch_spec(odd), name="baseline", log_dir=tmp_path / "logs") as handle:
+    with engine.launch(engine.launch_spec(odd), LaunchSlot("baseline", tmp_path / "logs")) as handle:
         model_defaults = asyncio.run(_protocol(handle, engine))
     pinned = SGLangEngine(engine.config.model_copy(update={"tool_call_parser": "hermes"}))
     with pinned.launch(
-        pinned.launch_spec(parse_variant("bf16")), name="candidate", log_dir=tmp_path / "l2"
+        pinned.launch_spec(parse_variant("bf16")), LaunchSlot("candidate", tmp_path / "l2")
     ) as h:
         openai_defaults = asyncio.run(_protocol(h, pinned))
 

@@ -17,6 +17,7 @@ import pytest
 
 from evalgate.cli import main
 from evalgate.engines._isa import isa_report
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.gguf import cache_dir
 from evalgate.engines.sglang import checkpoint_dir
 from evalgate.engines.vllm._cpu import default_root, venv_python, w4a16_dir
@@ -129,7 +130,7 @@ def test_a_decode_only_fault_on_an_attached_vllm_blocks_and_names_where_it_start
 
     engine = VLLMCPUEngine(VLLMConfig(device="cpu", max_model_len=4096, ready_timeout_s=600))
     spec = engine.launch_spec(parse_variant("bf16"))
-    with engine.launch(spec, name="baseline", log_dir=tmp_path / "logs") as handle:
+    with engine.launch(spec, LaunchSlot("baseline", tmp_path / "logs")) as handle:
         for arm in ("BASELINE", "CANDIDATE"):
             monkeypatch.setenv(f"EVALGATE_{arm}_API_KEY", handle.api_key)
         code, verdict = compare_through_proxy(

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from evalgate.engines import run_process
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine, find_binary
 from evalgate.errors import ServerStartError
 from evalgate.variants import parse_variant
@@ -28,7 +29,7 @@ def test_bad_flag_names_the_flag_and_masks_the_key(tmp_path: Path) -> None:
     with (
         pytest.raises(ServerStartError) as err,
         LlamaCppEngine().launch(
-            spec_with(model, ("--definitely-not-a-flag", "1")), name=name, log_dir=tmp_path
+            spec_with(model, ("--definitely-not-a-flag", "1")), LaunchSlot(name, tmp_path)
         ),
     ):
         pass
@@ -47,7 +48,7 @@ def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
         port = s.getsockname()[1]
         with (
             pytest.raises(ServerStartError, match=f"port {port} on 127.0.0.1 is already in use"),
-            LlamaCppEngine().launch(spec_with("/nonexistent.gguf"), name="x", log_dir=tmp_path, port=port),
+            LlamaCppEngine().launch(spec_with("/nonexistent.gguf"), LaunchSlot("x", tmp_path, port=port)),
         ):
             pass
 
@@ -85,7 +86,7 @@ def test_process_that_dies_early_shows_log_tail(tmp_path: Path) -> None:
     name = f"t-{uuid.uuid4().hex[:8]}"
     with (
         pytest.raises(ServerStartError) as err,
-        LlamaCppEngine().launch(spec_with(str(tmp_path / "missing.gguf")), name=name, log_dir=tmp_path),
+        LlamaCppEngine().launch(spec_with(str(tmp_path / "missing.gguf")), LaunchSlot(name, tmp_path)),
     ):
         pass
     assert "exited during startup" in str(err.value)
@@ -99,7 +100,7 @@ def test_launch_serves_on_loopback_with_key_and_cleans_up(tmp_path: Path) -> Non
     name = f"t-{uuid.uuid4().hex[:8]}"
     engine = LlamaCppEngine()
     spec = engine.launch_spec(parse_variant("fp8kv"))
-    with engine.launch(spec, name=name, log_dir=tmp_path) as h:
+    with engine.launch(spec, LaunchSlot(name, tmp_path)) as h:
         assert h.base_url.startswith("http://127.0.0.1:") and h.alive()
         assert httpx.get(f"{h.base_url}/v1/models", timeout=5).status_code == 401  # the key is required
         ok = httpx.get(f"{h.base_url}/v1/models", headers={"Authorization": f"Bearer {h.api_key}"}, timeout=5)

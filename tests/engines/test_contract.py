@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import pkgutil
@@ -20,6 +21,8 @@ import evalgate
 import evalgate.engines
 from evalgate.config import EvalgateConfig
 from evalgate.engines import ENGINES, Engine, Scorer, get_engine
+from evalgate.engines._launcher import WorkerSlot
+from evalgate.engines.api import Generation, LaunchSlot
 from evalgate.engines.api import __file__ as API_FILE
 from evalgate.engines.fake import FakeEngine
 from evalgate.engines.gateway import GatewayEngine
@@ -118,6 +121,29 @@ def test_the_signature_check_finds_what_it_forbids() -> None:
     assert _compatible(Engine.launch_command, lacks_a_keyword) == "lacks 'api_key'"
     assert "not keyword-only" in (_compatible(Engine.launch_command, positional) or "")
     assert _compatible(Engine.launch_command, takes_more_optionally) is None
+
+
+SHAPES = {(Scorer, "generate"): ["self", "prompt", "gen"], (Engine, "launch"): ["self", "spec", "slot"]}
+"""Calls whose options travel as one frozen value declared in api.py (``Generation``,
+``LaunchSlot``), not as a keyword list each engine repeats."""
+
+
+def test_options_travel_as_one_frozen_value() -> None:
+    bad = [
+        f"{cls.__name__}.{call} takes {have}"
+        for (protocol, call), want in SHAPES.items()
+        for cls in [protocol, *implementations(protocol).values()]
+        if (have := list(inspect.signature(getattr(cls, call)).parameters)) != want
+    ]
+    assert not bad, bad
+    gen = Generation(max_tokens=8)
+    assert (gen.stop, gen.temperature, gen.seed, gen.sampling) == ((), 0.0, 0, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        gen.max_tokens = 9  # type: ignore[misc]
+    alone, worker = LaunchSlot("baseline", Path("logs")), WorkerSlot(1, 2, "key")
+    assert (alone.server, alone.api_key, alone.port) == ("baseline", None, None)
+    behind = LaunchSlot("baseline", Path("logs"), worker=worker)
+    assert (behind.server, behind.api_key) == ("baseline-w1", "key")
 
 
 def test_the_capabilities_are_declared_with_defaults() -> None:

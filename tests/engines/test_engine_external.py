@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from evalgate.engines import Scorer
+from evalgate.engines.api import Generation, LaunchSlot
 from evalgate.engines.attach import (
     ExternalEngine,
     ShardedScorer,
@@ -188,14 +189,14 @@ def test_api_key_from_env_is_sent_and_never_recorded(
     monkeypatch.setenv("EVALGATE_CANDIDATE_API_KEY", "cand-secret-2")
     engine = ExternalEngine({"baseline": [base.url], "candidate": [cand.url]})
     spec = engine.launch_spec(parse_variant("fp8kv"))
-    with engine.launch(spec, name="candidate", log_dir=tmp_path) as handle:
+    with engine.launch(spec, LaunchSlot("candidate", tmp_path)) as handle:
         assert handle.process is None and handle.alive() and handle.info["protocol"] == "llamacpp"
         assert handle.api_key == "cand-secret-2"  # for the scorers' HttpClient, never for records
         recorded = json.dumps(handle.info) + json.dumps(handle.command) + handle.log_path.read_text()
     assert "secret" not in recorded
     assert {auth for _, auth in cand.seen} == {"Bearer cand-secret-2"} and len(cand.seen) >= 2
     assert api_key_for("aa") == "base-secret-1"  # the A/A arm attaches to the baseline's servers
-    with engine.launch(spec, name="aa", log_dir=tmp_path) as handle:
+    with engine.launch(spec, LaunchSlot("aa", tmp_path)) as handle:
         assert handle.urls == [base.url]
 
 
@@ -218,7 +219,7 @@ def test_unreachable_url_is_named_with_cause_and_fix(serve: Callable[..., Double
     engine = ExternalEngine({"baseline": [good.url, dead], "candidate": [good.url]})
     with (
         pytest.raises(ServerStartError) as err,
-        engine.launch(engine.launch_spec(parse_variant("bf16")), name="baseline", log_dir=tmp_path),
+        engine.launch(engine.launch_spec(parse_variant("bf16")), LaunchSlot("baseline", tmp_path)),
     ):
         pass
     assert f"cannot connect to {dead}" in str(err.value) and "server is running" in err.value.fix
@@ -315,7 +316,7 @@ class FakeScorer(Scorer):
         self.calls.append(("ll", context))
         return (-1.0 if continuation in (" Paris", " 6", " cold") else -9.0), True, 1
 
-    async def generate(self, prompt: str, **_: Any) -> dict[str, Any]:
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
         self.calls.append(("gen", prompt))
         return {"text": "x"}
 
@@ -348,7 +349,7 @@ def test_sharding_is_deterministic_sticky_and_spread() -> None:
             await asyncio.gather(
                 *(sharded.loglikelihood(q, f" choice {k}") for q in questions for k in range(4))
             )
-            await sharded.generate("Q: 2+2?\nA:", max_tokens=8, stop=["\n"])
+            await sharded.generate("Q: 2+2?\nA:", Generation(max_tokens=8, stop=("\n",)))
             await sharded.chat({"messages": [{"role": "user", "content": "hi"}]})
             assert len(await sharded.loglikelihood_many(questions[0], [" a", " b"])) == 2
             await sharded.aclose()
@@ -391,9 +392,7 @@ def test_scorer_shards_llamacpp_urls_with_their_slots(serve: Callable[..., Doubl
 
     a, b = serve("llamacpp"), serve("llamacpp")
     engine = ExternalEngine({"baseline": [a.url, b.url], "candidate": [a.url]})
-    with engine.launch(
-        engine.launch_spec(parse_variant("bf16")), name="baseline", log_dir=tmp_path
-    ) as handle:
+    with engine.launch(engine.launch_spec(parse_variant("bf16")), LaunchSlot("baseline", tmp_path)) as handle:
         scorer = engine.scorer(handle, seed=7)
     assert scorer.urls == [a.url, b.url] and scorer.concurrency == 8
     assert all(isinstance(s, LlamaCppScorer) for s in scorer.scorers)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from evalgate.config import SGLangConfig
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.sglang import SGLangEngine, diagnose, parse_server_info
 from evalgate.errors import ConfigError, ServerStartError
 from evalgate.variants import Variant, check_only_quantization, parse_variant
@@ -307,7 +308,7 @@ def test_a_launch_that_dies_is_diagnosed_with_the_key_masked(tmp_path: Path, mod
     eng = engine(models, launch_command=(sys.executable, "-c", script), ready_timeout_s=30)
     with (
         pytest.raises(ServerStartError) as err,
-        eng.launch(eng.launch_spec(parse_variant("fp8")), name="candidate", log_dir=tmp_path),
+        eng.launch(eng.launch_spec(parse_variant("fp8")), LaunchSlot("candidate", tmp_path)),
     ):
         pass
     assert "exited during startup" in str(err.value) and "compute capability 8.9" in err.value.fix

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.config import VLLMConfig
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.vllm import QUANT_KEYS, VLLMEngine, diagnose, vllm_capacity, wait_for_group_exit
 from evalgate.engines.vllm._engine import _group_members
 from evalgate.errors import ConfigError, ServerStartError
@@ -180,7 +181,7 @@ def test_gpus_are_assigned_per_arm_and_must_cover_tensor_parallel(tmp_path: Path
     narrow = engine(gpus="0", tensor_parallel_size=2)
     with (
         pytest.raises(ConfigError, match="fewer than tensor_parallel_size"),
-        narrow.launch(narrow.launch_spec(parse_variant("bf16")), name="baseline", log_dir=tmp_path),
+        narrow.launch(narrow.launch_spec(parse_variant("bf16")), LaunchSlot("baseline", tmp_path)),
     ):
         pass
 
@@ -240,9 +241,7 @@ def test_launch_records_model_version_and_kv_capacity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     eng = fake_engine(tmp_path, monkeypatch, "kv_capacity.log")
-    with eng.launch(
-        eng.launch_spec(parse_variant("fp8kv")), name="candidate", log_dir=tmp_path / "logs"
-    ) as h:
+    with eng.launch(eng.launch_spec(parse_variant("fp8kv")), LaunchSlot("candidate", tmp_path / "logs")) as h:
         assert h.alive() and h.api_key not in h.command and "***" in h.command
         assert h.info["served_model"] == BASE and h.info["max_model_len"] == 4096
         assert h.info["vllm_version"] == "0.33.0" and h.info["cuda_visible_devices"] == "1"
@@ -273,7 +272,7 @@ def test_a_launch_that_dies_is_diagnosed_with_the_key_masked(
     eng = fake_engine(tmp_path, monkeypatch, "invalid_choice.log", exit_code="2")
     with (
         pytest.raises(ServerStartError, match="exited during startup") as err,
-        eng.launch(eng.launch_spec(parse_variant("bf16")), name="baseline", log_dir=tmp_path / "logs"),
+        eng.launch(eng.launch_spec(parse_variant("bf16")), LaunchSlot("baseline", tmp_path / "logs")),
     ):
         pass
     assert "--dtype bf16" in err.value.fix and "--api-key '***'" in err.value.detail
@@ -294,6 +293,9 @@ EXPECTED = {
     "engine_core_failed_to_start.log": "engine core died: the root cause",
     "engine_dead.log": "engine core died: the root cause",
     "kv_capacity.log": None,
+    "invalid_choice_0.34.log": "does not accept --dtype bf16",
+    "invalid_kv_cache_dtype_0.34.log": "no KV cache dtype fp8_e4m3fn",
+    "unrecognized_arguments_0.34.log": "does not know --tp-size 2",
 }
 
 
@@ -311,6 +313,7 @@ def test_every_log_fixture_is_covered() -> None:
 
 def test_diagnosis_of_messages_worded_as_in_vllms_source() -> None:
     # worded as vLLM 0.33.0 formats them (v1/core/kv_cache_planning.py, config/model.py); no real log
+    # (0.34.0 words them the same, the memory hint aside: the next test)
     seq = (
         "ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB KV "
         "cache is needed, which is larger than the available KV cache memory (8.82 GiB). Based on the "
@@ -327,11 +330,78 @@ def test_diagnosis_of_messages_worded_as_in_vllms_source() -> None:
     assert diagnose("INFO all fine") is None
 
 
+# vLLM 0.34.0 v1/core/kv_cache_planning.py: _check_enough_kv_cache_memory with _more_kv_cache_memory_hint
+_SEQ_034 = (
+    "ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (8.82 GiB). Based on the available memory, the "
+    "estimated maximum model length is 72272. {hint} Decreasing `max_model_len` also reduces what is needed. "
+    "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+)
+_ALL_LEFT_034 = (
+    "The extensible KV cache already takes all device memory left after the model, its activations, CUDA "
+    "graphs and warmup; decrease `max_model_len` or `max_num_seqs`, or the model needs a device with more "
+    "memory. CUDA graphs take less with fewer or smaller capture sizes in the compilation config."
+)
+_CAPPED_034 = (
+    "The KV cache gets what is left after the model and its activations within `gpu_memory_utilization`=0.85; "
+    "increase it (with the extensible KV cache it defaults to 1.0) or decrease `max_model_len` or `max_num_seqs`."
+)
+
+
+def test_memory_advice_follows_vllm_034s_extensible_kv_cache() -> None:
+    """0.34 gives the KV cache all memory left when gpu_memory_utilization is unset (1.0): "raise it"
+    is no fix there, and the diagnosis must not say it."""
+    full = diagnose(_SEQ_034.format(hint=_ALL_LEFT_034)) or ""
+    assert "vLLM estimates 72272 fits" in full and "lower max_model_len" in full
+    assert "raise gpu_memory_utilization" not in full and "enforce_eager" in full
+    none_left = (
+        diagnose(f"ValueError: No available memory for the cache blocks. {_ALL_LEFT_034} See https://") or ""
+    )
+    assert "cannot give more" in none_left and "raise gpu_memory_utilization" not in none_left
+    capped = diagnose(_SEQ_034.format(hint=_CAPPED_034)) or ""
+    assert "raise gpu_memory_utilization" in capped and "or unset it" in capped
+    # 0.33's wording (and 0.34 with the extensible KV cache off) keeps the old advice
+    old = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when"
+    assert "raise gpu_memory_utilization (e.g. 0.9)" in (diagnose(old) or "")
+
+
+# vLLM 0.34.0 on CUDA, worded as its source formats them: v1/worker/gpu_worker.py (the reservation),
+# v1/worker/extensible_kv_cache.py (measure_kv_cache_blocks, extend_kv_cache), v1/core/kv_cache_utils.py
+_LOG_034 = (
+    "(EngineCore pid=7) INFO 01-05 10:00:01 [gpu_worker.py:796] Available KV cache memory: 120.5 GiB\n"
+    "(EngineCore pid=7) INFO 01-05 10:00:40 [extensible_kv_cache.py:693] Memory after warmup: 118.2 GiB free, "
+    "0.5 GiB committed to the KV cache, 1.4 GiB kept for transient activations (1.4 GiB allocated at peak, "
+    "0.0 GiB of torch reservation growth); 14650 KV cache blocks (114.45 GiB) fit within the requested 139.8 GiB. "
+    "Torch may reserve up to 130.1 GiB.\n"
+    "(EngineCore pid=7) INFO 01-05 10:00:40 [kv_cache_utils.py:1169] GPU KV cache size: 937,600 tokens, "
+    "Maximum concurrency for 131,072 tokens per request: 7.15x\n"
+    "(EngineCore pid=7) INFO 01-05 10:00:41 [extensible_kv_cache.py:536] Extended KV cache to 14650 blocks "
+    "(114.45 GiB).\n"
+)
+
+
+def test_vllm_034_pool_is_the_extended_one_sized_after_warmup() -> None:
+    """0.34's "Available KV cache memory" is only the reservation before warmup; the pool is what
+    "Extended KV cache to N blocks (X GiB)" states, and it was sized after CUDA graph capture."""
+    cap = vllm_capacity(_LOG_034)
+    assert cap is not None and cap["kv_tokens"] == 937_600 and cap["max_concurrency"] == 7.15
+    assert cap["kv_mib"] == round(114.45 * 1024, 2)  # not 120.5 GiB, the reservation
+    assert cap["pool_memory"] == "memory free after warmup and CUDA graphs (extensible KV cache)"
+    two_ranks = _LOG_034.replace(
+        "(EngineCore pid=7) INFO 01-05 10:00:41", "(Worker_TP0 pid=8) INFO 01-05 10:00:41"
+    )
+    two_ranks += "(Worker_TP1 pid=9) INFO 01-05 10:00:41 [extensible_kv_cache.py:536] Extended KV cache to 14650 blocks (114.45 GiB).\n"
+    assert vllm_capacity(two_ranks)["kv_mib"] == round(2 * 114.45 * 1024, 2)  # type: ignore[index]
+    reserved, _, tokens, _ = _LOG_034.splitlines()  # 0.33, or 0.34 without VMM: no warmup sizing
+    before = vllm_capacity(f"{reserved}\n{tokens}")
+    assert before is not None and before["pool_memory"] == "free memory" and before["kv_mib"] == 120.5 * 1024
+
+
 def test_kv_capacity_from_a_real_log_and_the_current_one_line_format() -> None:
     cap = vllm_capacity((LOGS / "kv_capacity.log").read_text())
     assert cap is not None and cap["kv_tokens"] == 42656 and cap["kv_mib"] == 6666.24
     assert cap["max_concurrency"] == 1.3 and cap["max_concurrency_at_tokens"] == 32768
-    # vLLM 0.33.0 logs both on one line (v1/core/kv_cache_utils.py update_kv_cache_capacity)
+    # vLLM 0.33.0 and 0.34.0 log both on one line (v1/core/kv_cache_utils.py update_kv_cache_capacity)
     line = "(EngineCore pid=7) INFO [kv_cache_utils.py:1147] GPU KV cache size: 420,656 tokens, Maximum concurrency for 131,072 tokens per request: 3.21x"
     cap = vllm_capacity(line)
     assert cap is not None and cap["kv_tokens"] == 420656 and cap["max_concurrency"] == 3.21

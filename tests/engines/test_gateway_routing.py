@@ -18,7 +18,7 @@ from aiohttp import web
 from evalgate.config import EvalgateConfig, LlamaCppConfig, load_config
 from evalgate.engines import get_engine
 from evalgate.engines._launcher import ServerHandle
-from evalgate.engines.api import Position, Scorer
+from evalgate.engines.api import Generation, Position, Scorer
 from evalgate.engines.client import ROUTING_KEY, GatewayRoute, HttpClient, RetryPolicy, routing_key
 from evalgate.engines.gateway import (
     PROBE_TEXT,
@@ -267,7 +267,7 @@ class ProbeDouble(Scorer):
         await asyncio.sleep(0)
         return -1.0, True, 1
 
-    async def generate(self, prompt: str, **_: Any) -> dict[str, Any]:
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
         self.keys.append(ROUTING_KEY.get())
         return {"text": "x"}
 
@@ -332,7 +332,7 @@ def test_each_call_carries_its_items_routing_key_and_only_during_the_call() -> N
     async def go() -> None:
         await asyncio.gather(scorer.loglikelihood("Q1", " a"), scorer.loglikelihood("Q2", " b"))
         assert await scorer.loglikelihood_many("Q3", [" a", " b"]) == [(-1.0, True, 1)] * 2
-        await scorer.generate("P", max_tokens=1, stop=[])
+        await scorer.generate("P", Generation(max_tokens=1))
         assert ROUTING_KEY.get() is None
 
     asyncio.run(go())

@@ -30,7 +30,7 @@ from evalgate.engines.attach import ExternalEngine
 from evalgate.engines.client import GatewayRoute, HttpClient, RetryPolicy, UnlistedWorker
 from evalgate.engines.gateway import parse_workers
 from evalgate.errors import ConfigError
-from tests.engines.test_hostile_part2 import compare, exam, records
+from tests.engines.test_hostile_answers import compare, exam, records
 from tests.helpers.background import background_apps, serving
 from tests.helpers.hostile_server import Hostile, hostile_app
 
@@ -416,7 +416,7 @@ def test_items_routed_to_an_unlisted_worker_are_errors_never_scores(
     assert code == 3, printed
     kept = records(out, "private:exam0", "candidate")
     assert kept and all(r.error and "does not list" in r.error and not r.metrics for r in kept)
-    assert all("workers" not in r.extra for r in kept)
+    assert all(r.extra.workers is None for r in kept)
     assert no_leaving == []
 
 
@@ -430,7 +430,7 @@ def test_a_pair_of_honest_gateways_passes_and_records_its_listed_workers(
     assert code == 0, printed
     for arm, worker in (("baseline", theirs.url), ("candidate", mine.url)):
         kept = records(out, "private:exam0", arm)
-        assert kept and all(r.extra["workers"] == [worker] for r in kept)
+        assert kept and all(r.extra.workers == [worker] for r in kept)
         manifest = json.loads((out / "manifest.json").read_text())
         gateway = manifest["arms"][arm]["server"]["gateway"]
         assert set(gateway["routed"]) == {worker}

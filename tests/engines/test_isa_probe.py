@@ -12,6 +12,7 @@ import pytest
 
 from evalgate.config import VLLMConfig
 from evalgate.engines._isa import PROBES, IsaReport, cpu_flags, executes, isa_report, require_any
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.sglang import checkpoint_dir
 from evalgate.engines.vllm import VLLMCPUEngine
 from evalgate.engines.vllm._cpu import w4a16_dir
@@ -143,22 +144,22 @@ def test_a_passing_probe_is_recorded_with_the_server_and_shown(
     from evalgate.store.facts import ServerFacts
 
     @contextlib.contextmanager
-    def launched(self: Any, spec: Any, *, name: str, log_dir: Path, **_: Any) -> Iterator[ServerHandle]:
+    def launched(self: Any, spec: Any, slot: LaunchSlot) -> Iterator[ServerHandle]:
         yield ServerHandle(
-            name, "http://127.0.0.1:1", "k", ["vllm"], log_dir / "log", info={"served_model": "m"}
+            slot.name, "http://127.0.0.1:1", "k", ["vllm"], slot.log_dir / "log", info={"served_model": "m"}
         )
 
     monkeypatch.setattr(VLLMEngine, "launch", launched)
     engine = _engine(tmp_path, AVX512)
     spec = engine.launch_spec(parse_variant("fp8kv"))
-    with engine.launch(spec, name="candidate", log_dir=tmp_path) as handle:
+    with engine.launch(spec, LaunchSlot("candidate", tmp_path)) as handle:
         info = dict(handle.info)
     assert info["cpu_isa"] == {"AVX2": "executes", "AVX-512": "executes", "AMX": "not advertised"}
     facts = ServerFacts.model_validate(info)
     assert facts.cpu_isa == info["cpu_isa"]
-    rows = flatten(dict(facts.items()))
+    rows = flatten(facts.to_dict())
     assert any("cpu_isa" in str(k) and "AVX-512" in str(k) and "executes" in str(v) for k, v in rows), rows
     plain = _engine(tmp_path / "b", None)  # type: ignore[arg-type]  # probes on first need
     bf16 = plain.launch_spec(parse_variant("bf16"))
-    with plain.launch(bf16, name="baseline", log_dir=tmp_path) as handle:
+    with plain.launch(bf16, LaunchSlot("baseline", tmp_path)) as handle:
         assert "cpu_isa" not in handle.info  # no variant asked for AVX-512: nothing was probed

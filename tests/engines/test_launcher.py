@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.engines import run_process
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.errors import ServerStartError
 from evalgate.variants import LaunchSpec, parse_variant
@@ -94,7 +95,7 @@ def test_server_killed_by_a_signal_is_diagnosed(
     )
     with (
         pytest.raises(ServerStartError) as err,
-        LlamaCppEngine().launch(spec_with("/m.gguf"), name="candidate", log_dir=tmp_path),
+        LlamaCppEngine().launch(spec_with("/m.gguf"), LaunchSlot("candidate", tmp_path)),
     ):
         pass
     assert cause in str(err.value)
@@ -119,6 +120,24 @@ def test_no_repack_and_thread_settings_reach_both_arms_flags() -> None:
         args = dict(spec.args)
         assert "--no-repack" in args and args["-t"] == "3" and args["-tb"] == "2" and args["--poll"] == "0"
         assert dict(spec.env) == {"OMP_WAIT_POLICY": "PASSIVE"}  # on both arms
+
+
+def test_both_arms_say_flash_attention_on_and_differ_only_in_the_kv_types() -> None:
+    """q8_0 V forces flash attention on; the F16 arm must not be left to its build's ``auto``."""
+    from dataclasses import replace
+
+    from evalgate.config import LlamaCppConfig
+    from evalgate.variants import require_only_quantization
+
+    engine = LlamaCppEngine(LlamaCppConfig(wait_policy="default"))
+    base, cand = (
+        engine.launch_spec(replace(parse_variant(name), model="/m.gguf")) for name in ("bf16", "fp8kv")
+    )
+    assert dict(base.args)["-fa"] == dict(cand.args)["-fa"] == "on"
+    assert {k: v for k, v in base.args if k not in ("-ctk", "-ctv")} == {
+        k: v for k, v in cand.args if k not in ("-ctk", "-ctv")
+    }
+    require_only_quantization(base, cand)
 
 
 def test_wait_policy_default_leaves_openmp_alone_and_a_variant_env_wins() -> None:

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from evalgate.engines import ServerHandle
+from evalgate.engines.api import Generation
 from evalgate.engines.llamacpp import LlamaCppScorer
 from tests.helpers.background import background_apps
 
@@ -56,7 +57,7 @@ def generate(handle: ServerHandle, prompt: str, max_tokens: int) -> dict[str, An
     async def go() -> dict[str, Any]:
         scorer = LlamaCppScorer(handle, concurrency=1)
         try:
-            return await scorer.generate(prompt, max_tokens=max_tokens, stop=[])
+            return await scorer.generate(prompt, Generation(max_tokens=max_tokens))
         finally:
             await scorer.aclose()
 

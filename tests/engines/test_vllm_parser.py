@@ -1,11 +1,13 @@
-"""Every vLLM command evalgate builds, checked against vLLM 0.33.0's own argument parser and API models.
+"""Every vLLM command evalgate builds, checked against vLLM 0.34.0's (and 0.33.0's) own argument parser
+and API models.
 
 With vLLM importable (a CPU-only ``pip install --no-deps`` of it and about thirty light modules plus
 torch; see VLLM_PARSER_INSTALL), the commands are parsed by the parser ``vllm serve`` builds, and
 the request bodies and the scorer test double's answers are validated with vLLM's pydantic models,
 in a subprocess, so vLLM's imports stay out of this process. Without it, the flags and values are
-checked against fixtures/vllm_0.33.0_options.txt, which that parser wrote. vLLM 0.33 checks
---kv-cache-dtype and --quantization after parsing, so those are checked against its own lists too.
+checked against fixtures/vllm_<version>_options.txt, which that parser wrote, for each version in
+OPTION_VERSIONS. vLLM checks --kv-cache-dtype and --quantization after parsing, so those are checked
+against its own lists too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from evalgate.config import VLLMConfig
-from evalgate.engines.vllm import VLLMEngine
+from evalgate.engines.vllm import TESTED_VERSION, VLLMEngine
 from evalgate.engines.vllm._scorer import loglikelihood_payload, read_continuation_logprobs
 from evalgate.variants import BUILTIN_VARIANTS, Variant, parse_variant
 from tests.engines.test_vllm_scorer import encode, fake_completion, fake_detokenize, fake_tokenize
@@ -29,10 +31,11 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BASE = "meta-llama/Llama-3.1-8B-Instruct"
 
 
-VLLM_VERSION = "0.33.0"
-OPTIONS = FIXTURES / f"vllm_{VLLM_VERSION}_options.txt"
+VLLM_VERSION = TESTED_VERSION
+OPTION_VERSIONS = ("0.33.0", VLLM_VERSION)
+"""Each has fixtures/vllm_<version>_options.txt; evalgate's commands must parse on all of them."""
 VLLM_PARSER_INSTALL = (
-    f"pip install --no-deps --target DIR vllm=={VLLM_VERSION} cbor2 psutil pyzmq 'transformers<5.21' "
+    f"pip install --no-deps --target DIR vllm=={VLLM_VERSION} cbor2 psutil pyzmq 'transformers<5.23' "
     "safetensors tokenizers openai-harmony openai sniffio msgspec pillow pybase64 cachetools uvloop "
     "py-cpuinfo fastapi starlette annotated-doc opentelemetry-api opentelemetry-sdk "
     "opentelemetry-semantic-conventions opentelemetry-semantic-conventions-ai prometheus-client "
@@ -75,10 +78,14 @@ def commands(models: dict[str, str]) -> list[list[str]]:
     return out
 
 
-def load_options() -> dict[str, set[str] | None]:
+def options_file(version: str) -> Path:
+    return FIXTURES / f"vllm_{version}_options.txt"
+
+
+def load_options(version: str = VLLM_VERSION) -> dict[str, set[str] | None]:
     """Option -> its allowed values (None: any value; empty set: a flag without a value)."""
     out: dict[str, set[str] | None] = {}
-    for line in OPTIONS.read_text().splitlines():
+    for line in options_file(version).read_text().splitlines():
         if line.startswith("#") or not line.strip():
             continue
         option, _, choices = line.partition("\t")
@@ -86,14 +93,15 @@ def load_options() -> dict[str, set[str] | None]:
     return out
 
 
-def test_every_flag_and_value_is_in_vllms_option_list(models: dict[str, str]) -> None:
-    assert OPTIONS.read_text().startswith(f"# vLLM {VLLM_VERSION} `vllm serve` options")
-    options = load_options()
+@pytest.mark.parametrize("version", OPTION_VERSIONS)
+def test_every_flag_and_value_is_in_vllms_option_list(models: dict[str, str], version: str) -> None:
+    assert options_file(version).read_text().startswith(f"# vLLM {version} `vllm serve` options")
+    options = load_options(version)
     for argv in commands(models):
         i = 1  # argv[0] is the model, vLLM's positional model_tag
         while i < len(argv):
             flag = argv[i]
-            assert flag in options, f"vLLM {VLLM_VERSION} has no option {flag}"
+            assert flag in options, f"vLLM {version} has no option {flag}"
             allowed = options[flag]
             if allowed == set():
                 i += 1
@@ -175,7 +183,7 @@ def test_commands_parse_with_vllms_own_parser(models: dict[str, str]) -> None:
         assert p["kv_known"] and p["quant_known"]
         assert (
             p["host"] == "127.0.0.1" and p["port"] == 8000 and p["api_key"] in (["k"], "k")
-        )  # a list in 0.33
+        )  # a list in 0.33 and 0.34
         assert p["dtype"] == "bfloat16" and p["tensor_parallel_size"] == 2 and p["seed"] == 1234
         assert p["gpu_memory_utilization"] == 0.85 and p["max_model_len"] == 8192
         assert p["enable_auto_tool_choice"] is True and p["tool_call_parser"] == "llama3_json"
@@ -201,8 +209,8 @@ ChatCompletionRequest.model_validate(job["prefill"])  # what VLLMScorer sends fo
 try:  # continue_final_message with add_generation_prompt true is refused (check_generation_prompt)
     ChatCompletionRequest.model_validate(job["prefill_both"])
     prefill_both_refused = False
-except ValueError:
-    prefill_both_refused = True
+except Exception as exc:  # VLLMValidationError (0.33, 0.34) is no ValueError, so pydantic lets it through
+    prefill_both_refused = "Cannot set both" in str(exc)
 TokenizeResponse.model_validate(job["tokenize_response"])
 DetokenizeResponse.model_validate(job["detokenize_response"])
 # the double's answer through vLLM's model and back out the way its API router sends it

@@ -1,6 +1,6 @@
 """VLLMScorer without a GPU: the ``/v1/completions`` layout it sends and reads, and its requests
 against a scripted test double of vLLM's protocol that records what it was sent. The double's
-answers follow vLLM 0.33.0's response models (test_vllm_parser.py validates them with vLLM's own
+answers follow vLLM 0.33.0's and 0.34.0's response models (test_vllm_parser.py validates them with vLLM's own
 pydantic models when vLLM is importable); it tests the client, never stands in for vLLM's numbers."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from evalgate.engines import ServerHandle, free_port
+from evalgate.engines.api import Generation
 from evalgate.engines.client import RetryPolicy
 from evalgate.engines.preflight import preflight
 from evalgate.engines.vllm import VLLMScorer, diagnose
@@ -241,7 +242,7 @@ def test_tokenize_detokenize_and_render_chat_keep_the_template() -> None:
 
 def test_generate_trims_stops_and_chat_names_the_model() -> None:
     async def body(s: VLLMScorer, sent: list[tuple[str, Any]]) -> Any:
-        gen = await s.generate("Q: 6*7?", max_tokens=16, stop=["\nQuestion:"], seed=3)
+        gen = await s.generate("Q: 6*7?", Generation(max_tokens=16, stop=("\nQuestion:",), seed=3))
         return gen, await s.chat({"messages": [{"role": "user", "content": "x"}], "temperature": 0.0}), sent
 
     gen, chat, sent = run_against(body)

@@ -444,7 +444,7 @@ def test_compare_on_the_fake_engine_gives_length_rows(tmp_path: Path, use: Any) 
     assert section["trend"]["context_length"] == 4096
     records = RecordStore(out).load("long_context", "baseline")
     cand = RecordStore(out).load("long_context", "candidate")
-    assert all(r.extra["sent_hash"] == cand[k].extra["sent_hash"] for k, r in records.items())
+    assert all(r.extra.sent_hash == cand[k].extra.sent_hash for k, r in records.items())
     page = (out / "report.html").read_text(encoding="utf-8")
     assert 'id="lengths-0"' in page and len(_svgs(page)) == 1
     assert code == {"PASS": 0, "BLOCK": 1}[v["verdict"]] == 1

@@ -103,10 +103,10 @@ def test_the_default_cached_request_refuses_with_exit_2() -> None:
 def test_the_cli_writes_probe_json_and_exits_with_the_verdict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import evalgate.probe.run as probe_run
     from evalgate.cli import main
-    from evalgate.cli import probe as cli_probe
 
-    monkeypatch.setattr(cli_probe, "_server", fake_server(SimScorer(honour_salt=False)))
+    monkeypatch.setattr(probe_run, "_server", fake_server(SimScorer(honour_salt=False)))
     code = main(["probe", "cache", "--engine", "sim", "--out", str(tmp_path), "--probes", "8"])
     assert code == 1
     report = json.loads((tmp_path / "probe.json").read_text())

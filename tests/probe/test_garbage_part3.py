@@ -92,14 +92,14 @@ def test_flags_a_probe_cannot_use_exit_2_naming_them(
     flags: list[str],
     says: str,
 ) -> None:
+    import evalgate.probe.run as probe_run
     from evalgate.cli import main
-    from evalgate.cli import probe as cli_probe
     from tests.probe.test_cache_probe import fake_server
 
     if probe == "warm-cold":
         code = cli(tmp_path, monkeypatch, Words(), *flags)
     else:
-        monkeypatch.setattr(cli_probe, "_server", fake_server(SimScorer()))
+        monkeypatch.setattr(probe_run, "_server", fake_server(SimScorer()))
         code = main(["probe", "cache", "--engine", "sim", "--probes", "4", "--out", str(tmp_path), *flags])
     err = capsys.readouterr().err
     assert code == 2, err

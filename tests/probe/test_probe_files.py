@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+import evalgate.probe.run as probe_run
 from evalgate.cli import main
-from evalgate.cli import probe as cli_probe
 from evalgate.engines import ServerHandle
 from evalgate.probe import junit_xml, probe_html, summary_md
 from evalgate.probe.report import shown
@@ -33,7 +33,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         seen.append(out)
         yield ServerHandle("probe", "http://127.0.0.1:1", "", [], out / "log"), SimScorer(honour_salt=False)
 
-    monkeypatch.setattr(cli_probe, "_server", server)
+    monkeypatch.setattr(probe_run, "_server", server)
     return seen
 
 

@@ -30,7 +30,8 @@ def test_probe_html_is_self_contained_and_escapes_what_it_shows() -> None:
     report["reasons"].append("<script>alert(1)</script>")
     page = probe_html(report)
     assert "BLOCK" in page and "&lt;script&gt;" in page and "<script>" not in page
-    assert "http" not in page.replace('lang="en"', "")  # no external file, no link
+    assert "http" not in page.replace("http-equiv", "")  # no external file, no link
+    assert "default-src 'none'" in page  # nor could one load, or a script run (the CSP)
     assert summary_md({**report, "reasons": ["a | <b>\nc"]}).endswith("- a \\| &lt;b&gt; c\n")
 
 

@@ -144,14 +144,15 @@ class Words(SimScorer):
 
 
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scorer: Scorer, *flags: str) -> int:
+    import evalgate.probe.run as probe_run
+    import evalgate.probe.warm_cold as warm_cold
     from evalgate.cli import main
-    from evalgate.cli import probe as cli_probe
     from tests.probe.test_cache_probe import fake_server
 
     registry = Registry()
     registry.register("tiny", lambda name: TinySuite())  # type: ignore[arg-type, return-value]
-    monkeypatch.setattr(cli_probe, "default_registry", lambda: registry)
-    monkeypatch.setattr(cli_probe, "_server", fake_server(scorer))
+    monkeypatch.setattr(warm_cold, "default_registry", lambda: registry)
+    monkeypatch.setattr(probe_run, "_server", fake_server(scorer))
     args = ["probe", "warm-cold", "--engine", "sim", "--suites", "tiny", "--limit", "6", *flags]
     return main([*args, "--out", str(tmp_path)])
 

@@ -25,8 +25,10 @@ from typing import Any
 import pytest
 
 from evalgate.cli import main
+from evalgate.engines.api import LaunchSlot
 from evalgate.engines.fake import FakeEngine
 from evalgate.store.records import Record, RecordStore
+from tests.helpers.exams import yes_exam
 from tests.helpers.guards import compare
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,11 +39,8 @@ WRONG = {"candidate": {3, 8, 15, 16, 21}, "aa": {8}}
 
 @pytest.fixture
 def exam(tmp_path: Path) -> Path:
-    folder = tmp_path / "exam"
-    folder.mkdir()
-    rows = [{"id": f"q{i}", "prompt": f"q{i}", "answer": "yes", "grader": "exact"} for i in range(N)]
-    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return folder
+    """N items q0..q(N-1); the right answer to each is "yes"."""
+    return yes_exam(tmp_path / "exam", N)
 
 
 class Kill:
@@ -72,10 +71,10 @@ def install_kill(kill: Kill, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
     """The kill points outside the answers: a launch, a record's write, a manifest save, a report."""
     launch = engine.launch
 
-    def launching(spec: Any, *, name: str, log_dir: Path) -> Any:
-        if kill.now("launch", name):
+    def launching(spec: Any, slot: LaunchSlot) -> Any:
+        if kill.now("launch", slot.name):
             raise KeyboardInterrupt
-        return launch(spec, name=name, log_dir=log_dir)
+        return launch(spec, slot)
 
     engine.launch = launching  # type: ignore[method-assign]
     append = RecordStore.append

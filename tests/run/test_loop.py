@@ -19,6 +19,7 @@ import pytest
 from evalgate.cli import main
 from evalgate.engines.fake import FakeEngine
 from evalgate.store.records import RecordStore
+from tests.helpers.exams import yes_exam
 from tests.helpers.guards import compare
 
 N = 40
@@ -28,12 +29,7 @@ Script = Callable[[str, str], "str | None"]
 @pytest.fixture
 def exam(tmp_path: Path) -> Path:
     """N items q0..q(N-1); the right answer to each is "yes"."""
-    folder = tmp_path / "exam"
-    folder.mkdir()
-    rows = [{"id": f"q{i}", "prompt": f"q{i}", "answer": "yes", "grader": "exact"} for i in range(N)]
-    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "exam.toml").write_text('name = "exam"\n')
-    return folder
+    return yes_exam(tmp_path / "exam", N)
 
 
 def resume(out: Path) -> int:

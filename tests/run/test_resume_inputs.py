@@ -23,6 +23,7 @@ from evalgate.engines import Scorer, ServerHandle
 from evalgate.engines.fake import FakeEngine
 from tests.helpers import hostile_server
 from tests.helpers.background import serving
+from tests.helpers.exams import yes_exam
 from tests.helpers.hostile_server import Hostile, hostile_app
 
 N = 12
@@ -31,11 +32,8 @@ Capture = pytest.CaptureFixture[str]
 
 @pytest.fixture
 def exam(tmp_path: Path) -> Path:
-    folder = tmp_path / "exam"
-    folder.mkdir()
-    rows = [{"id": f"q{i}", "prompt": f"q{i}", "answer": "yes", "grader": "exact"} for i in range(N)]
-    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return folder
+    """N items q0..q(N-1); the right answer to each is "yes"."""
+    return yes_exam(tmp_path / "exam", N)
 
 
 def config(path: Path, model: Path | str, *, ctx: str = "4096", env: str = "1") -> Path:

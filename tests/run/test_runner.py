@@ -20,6 +20,7 @@ import pytest
 from rich.console import Console
 
 from evalgate.engines import Scorer
+from evalgate.engines.api import Generation
 from evalgate.engines.client import RequestFailed
 from evalgate.engines.fake import FakeEngine as _FakeEngine
 from evalgate.errors import PreflightError
@@ -55,7 +56,7 @@ class FakeSuite:
     metric_kind: str = "binary"  # a suite's declared facts (suites._base.Suite) that the loop reads
 
     async def run(self, item: Item, scorer: Scorer, options: SuiteOptions) -> ItemResult:
-        out = await scorer.generate(item.item_id, max_tokens=1, stop=[])
+        out = await scorer.generate(item.item_id, Generation(max_tokens=1))
         return ItemResult(response=None, extracted=None, metrics={"acc": float(out["text"] == "right")})
 
 

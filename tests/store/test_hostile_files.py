@@ -227,8 +227,8 @@ def test_a_lone_surrogate_is_stored_escaped_and_reads_back_exactly(tmp_path: Pat
     assert b"\\ud800" in raw and b"\\udc80" in raw
     back = store.load("s", "baseline")[("s", "q\ud800", 0)]
     assert back.item_id == "q\ud800" and back.response == "yes \udc80"
-    assert back.extra["reasoning_content"] == "\udfff think"
-    assert back.extra["surrogates"] == ["item_id", "response", "extracted", "extra.reasoning_content"]
+    assert back.extra.reasoning_content == "\udfff think"
+    assert back.extra.surrogates == ["item_id", "response", "extracted", "extra.reasoning_content"]
     plain = _record("q1", "yes \u00e9")
     store.append(plain)  # a line without one stays UTF-8, without escapes or a note
     last = store.path("s", "baseline").read_bytes().splitlines()[-1]

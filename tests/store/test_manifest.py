@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from evalgate.store.manifest import ArmInfo, Manifest, ServerFacts, load_manifest, write_manifest
 from evalgate.throughput import finish_compare
@@ -140,7 +141,9 @@ def manifest(tmp_path: Path) -> Manifest:
 def test_an_arm_is_scheduled_launched_preflighted_and_stopped(manifest: Manifest, tmp_path: Path) -> None:
     manifest.arms.clear()
     assert manifest.arm_scheduled("aa") is manifest.arm_scheduled("aa") and manifest.arms["aa"] == ArmInfo()
-    server = {"kv_buffers_mib": {"total": 90.0}, "cpu_features": ["AVX2"], "newer_key": 1}
+    with pytest.raises(ValidationError, match="ServerFacts has no field 'newer_key'"):  # a write: refused
+        manifest.arm_launched("baseline", command=(), server={"newer_key": 1}, pid=None)
+    server = {"kv_buffers_mib": {"total": 90.0}, "cpu_features": ["AVX2"]}
     manifest.arm_launched("baseline", command=("llama-server", "--api-key", "***"), server=server, pid=7)
     info = manifest.arms["baseline"]
     assert info.command == ["llama-server", "--api-key", "***"] and info.pid == 7 and info.started_utc
@@ -155,20 +158,23 @@ def test_an_arm_is_scheduled_launched_preflighted_and_stopped(manifest: Manifest
     ]
     manifest.suite_flushed("baseline", "gsm8k", "flushed")
     manifest.suite_flushed("baseline", "arc_easy", "no /slots endpoint")
-    assert info.server["cache_flush"] == {"gsm8k": "flushed", "arc_easy": "no /slots endpoint"}
+    assert info.server.cache_flush == {"gsm8k": "flushed", "arc_easy": "no /slots endpoint"}
     manifest.suite_timed("baseline", "gsm8k", 12.3456)
     manifest.arm_stopped("baseline")
     manifest.run_finished()
     assert info.durations_s == {"gsm8k": 12.35} and info.ended_utc and manifest.finished_utc
     write_manifest(tmp_path / "out", manifest)
     raw = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert list(raw["arms"]["baseline"]["server"]) == [
-        "kv_buffers_mib",
-        "cpu_features",
-        "cache_flush",
-        "newer_key",
-    ]
-    assert load_manifest(tmp_path / "out") == manifest  # unset facts stay absent, unknown ones kept
+    assert list(raw["arms"]["baseline"]["server"]) == ["kv_buffers_mib", "cpu_features", "cache_flush"]
+    assert load_manifest(tmp_path / "out") == manifest  # unset facts stay absent
+    raw["arms"]["baseline"]["server"] = {"newer_key": 1, **raw["arms"]["baseline"]["server"]}
+    # a later evalgate's key: a read keeps it, and writes it back after the known ones
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(raw))
+    again = load_manifest(tmp_path / "out")
+    assert again.arms["baseline"].server.model_extra == {"newer_key": 1}
+    write_manifest(tmp_path / "again", again)
+    written = json.loads((tmp_path / "again" / "manifest.json").read_text())["arms"]["baseline"]["server"]
+    assert list(written) == ["kv_buffers_mib", "cpu_features", "cache_flush", "newer_key"]
 
 
 def test_sequential_kernels_host_and_throughput(manifest: Manifest, tmp_path: Path) -> None:
@@ -201,3 +207,25 @@ def test_a_resume_keeps_the_originals_state(manifest: Manifest) -> None:
     assert fresh.arms == old.arms and fresh.created_utc == old.created_utc and fresh.request == old.request
     assert fresh.host == {"threads": 2} and fresh.kernel_check == {"ok": True} and fresh.sequential
     assert fresh.resumed_utc[:-1] == old.resumed_utc and fresh.resumed_utc[-1]
+
+
+def test_a_new_manifest_is_stamped_with_this_process(manifest: Manifest, tmp_path: Path) -> None:
+    """``Manifest.new`` is the one constructor of a run's manifest (compare and the lm-eval import):
+    it reads the clock, argv, git and the package versions itself, and takes the rest as given."""
+    from evalgate.store.manifest import command_line, git_state, package_versions
+
+    given = {k: getattr(manifest, k) for k in ("engine", "engine_version", "variants", "launch", "suites")}
+    new = Manifest.new(run_id="r1", request=manifest.request, **given, arm_names=["baseline"])
+    assert (new.run_id, new.request, new.arm_names) == ("r1", manifest.request, ["baseline"])
+    assert {k: getattr(new, k) for k in given} == given
+    assert new.command == command_line() and new.packages == package_versions()
+    assert new.git.model_dump() == git_state() and new.created_utc[:2] == "20"
+    assert new.created_utc != manifest.created_utc and new.finished_utc is None
+    write_manifest(tmp_path, new)
+    assert load_manifest(tmp_path) == new
+
+
+def test_the_run_plan_and_the_import_build_manifests_with_new() -> None:
+    for module in ("run/plan.py", "lmeval/samples.py"):
+        code = (PACKAGE / module).read_text()
+        assert "Manifest.new(" in code and "Manifest(" not in code.replace("Manifest.new(", ""), module

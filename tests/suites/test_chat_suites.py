@@ -150,14 +150,14 @@ def test_reasoning_content_is_never_graded(data_dir: Path, sglang: dict[str, Any
     only_thought, only_answer, nothing = (_graded(item, body) for body in sglang["answers"])
 
     assert only_thought.metrics[metric] == 0.0 and only_thought.metrics["exact_match,strict_match"] == 0.0
-    assert only_thought.response == WRONG and only_thought.extra["reasoning_content"].endswith(right)
+    assert only_thought.response == WRONG and only_thought.extra.reasoning_content.endswith(right)
     assert only_thought.tokens["reasoning"] == 9  # the server's own count
 
     assert only_answer.metrics[metric] == 1.0 and only_answer.metrics["exact_match,strict_match"] == 1.0
     assert only_answer.tokens["reasoning"] == 6  # no count from the server: its tokenizer's (6 words)
-    assert "think_inline" not in only_answer.extra and only_answer.extra["no_answer"] is False
+    assert only_answer.extra.think_inline is None and only_answer.extra.no_answer is False
 
-    assert nothing.metrics[metric] == 0.0 and nothing.extra["empty"] and nothing.extra["no_answer"]
+    assert nothing.metrics[metric] == 0.0 and nothing.extra.empty and nothing.extra.no_answer
 
 
 def test_inline_thinking_grades_what_follows_the_last_think_end(data_dir: Path) -> None:
@@ -169,12 +169,12 @@ def test_inline_thinking_grades_what_follows_the_last_think_end(data_dir: Path) 
 
     after = _graded(item, body(f"<think>{wrong}</think>\n\n{right}"))
     assert after.metrics["exact_match,flexible_extract"] == 1.0 and after.response == right
-    assert after.extra["think_inline"] and after.extra["reasoning_content"] == wrong
+    assert after.extra.think_inline and after.extra.reasoning_content == wrong
     before = _graded(item, body(f"<think>{right}</think>{wrong}"))
-    assert before.metrics["exact_match,flexible_extract"] == 0.0 and before.extra["think_inline"]
+    assert before.metrics["exact_match,flexible_extract"] == 0.0 and before.extra.think_inline
     unclosed = _graded(item, body(f"<think>{right}"))  # cut while thinking: no answer at all
     assert unclosed.response == "" and unclosed.metrics["exact_match,flexible_extract"] == 0.0
-    assert unclosed.extra["empty"] and unclosed.extra["think_inline"]
+    assert unclosed.extra.empty and unclosed.extra.think_inline
 
 
 def test_read_chat_takes_vllms_reasoning_field_and_cuts_at_stops() -> None:
@@ -378,16 +378,16 @@ def test_a_private_exam_grades_the_answer_and_keeps_its_reasoning_only_when_reve
         return asyncio.run(suite.run(numeric, scorer, SuiteOptions(seed=3, **options)))  # type: ignore[arg-type]
 
     hidden = run("no idea", "12 times 12 is 144")
-    assert hidden.metrics == {"pass": 0.0} and hidden.extra["no_answer"] is True
-    assert "reasoning_content" not in hidden.extra and hidden.tokens["reasoning"] == 5
+    assert hidden.metrics == {"pass": 0.0} and hidden.extra.no_answer is True
+    assert hidden.extra.reasoning_content is None and hidden.tokens["reasoning"] == 5
     shown = run("It is 144.", "12 times 12", reveal_private=True)
-    assert shown.metrics == {"pass": 1.0} and shown.extra["reasoning_content"] == "12 times 12"
-    assert shown.extra["no_answer"] is False
+    assert shown.metrics == {"pass": 1.0} and shown.extra.reasoning_content == "12 times 12"
+    assert shown.extra.no_answer is False
     inline = run("<think>it is 144</think>no idea", None)
     assert (
         inline.metrics == {"pass": 0.0}
-        and inline.extra["think_inline"]
-        and "reasoning_content" not in inline.extra
+        and inline.extra.think_inline
+        and inline.extra.reasoning_content is None
     )
     off = suite.load(SuiteOptions(seed=3, thinking=False), None)[0]
     assert off.payload[1]["chat_template_kwargs"] == {"enable_thinking": False}

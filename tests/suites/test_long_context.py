@@ -61,11 +61,11 @@ def test_items_are_deterministic_per_seed() -> None:
 
 def test_limit_is_items_per_length_with_tasks_rotated(data_dir: Path) -> None:
     items = _items(n=10)
-    assert len(items) == 20 and {it.extra["context_length"] for it in items} == set(LENGTHS)
+    assert len(items) == 20 and {it.extra.context_length for it in items} == set(LENGTHS)
     tasks = ("niah_single", "niah_multikey", "niah_multivalue", "vt")
     assert [it.item_id for it in items[:5]] == [f"{t}/3000/0000" for t in tasks] + ["niah_single/3000/0001"]
     with_qa = _items(n=10, data_dir=data_dir)  # the local GSM8K text: natural filler, and qa joins
-    assert [it.extra["task"] for it in with_qa[:5]] == [*tasks, "qa"]
+    assert [it.extra.task for it in with_qa[:5]] == [*tasks, "qa"]
     assert with_qa[0].payload.filler != items[0].payload.filler
     with pytest.raises(ConfigError, match=r"gsm8k/train\.jsonl, which does not exist"):
         _items(data_dir=Path("/nonexistent"))
@@ -75,7 +75,7 @@ def test_depth_spread_evenly_over_each_task_and_length() -> None:
     items = LongContextSuite().load(SuiteOptions(context_lengths=(4096,)), 12)
     by_task: dict[str, list[float]] = {}
     for it in items:
-        by_task.setdefault(it.extra["task"], []).append(it.extra["depth"])
+        by_task.setdefault(it.extra.task, []).append(it.extra.depth)
     assert by_task["niah_single"] == [1 / 6, 0.5, 5 / 6]
     assert by_task["vt"] == [None, None, None]  # the chain spreads over the whole text
 
@@ -328,7 +328,7 @@ def test_tasks_option_chooses_and_checks_the_tasks() -> None:
         "niah_single/4096/0001",
         "vt/4096/0001",
     ]
-    assert [it.extra["depth"] for it in items[::2]] == [0.25, 0.75]
+    assert [it.extra.depth for it in items[::2]] == [0.25, 0.75]
     for bad in ("niah", "vt,vt", ""):
         with pytest.raises(ConfigError, match=r"long_context\.tasks") as err:
             default_registry().get("long_context", options={"tasks": bad})

@@ -218,8 +218,8 @@ def test_items_carry_no_text_outside_the_payload(tmp_path: Path) -> None:
     folder = write(tmp_path / "exam", [GOOD], 'system_prompt = "SECRET-SYSTEM"\nmax_tokens = 99\n')
     suite = private(f"private:{folder}")
     (item,) = suite.load(SuiteOptions(max_gen_tokens=10), None)
-    assert item.display == {} and item.extra == {"grader": "exact"} and item.item_id == "q1"
-    assert "SECRET" not in json.dumps([item.item_id, item.prompt_hash, item.display, item.extra])
+    assert item.display == {} and item.extra.to_dict() == {"grader": "exact"} and item.item_id == "q1"
+    assert "SECRET" not in json.dumps([item.item_id, item.prompt_hash, item.display, item.extra.to_dict()])
     request = item.payload[1]
     assert request["messages"][0] == {"role": "system", "content": "SECRET-SYSTEM"}
     assert request["max_tokens"] == 10 and request["temperature"] == 0.0

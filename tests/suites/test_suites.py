@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from evalgate.engines import Scorer
+from evalgate.engines.api import Generation
 from evalgate.errors import ConfigError
 from evalgate.suites import SuiteOptions, default_registry
 from evalgate.suites._base import select_indices
@@ -102,7 +103,7 @@ class FixedScorer(Scorer):
         self.seen.append((context, continuation))
         return self.lls[len(self.seen) - 1], False, 3
 
-    async def generate(self, prompt: str, **kw: Any) -> dict[str, Any]:
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
         raise AssertionError("not a generation suite")
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -125,7 +126,7 @@ def test_arc_acc_and_acc_norm(data_dir: Path) -> None:
 def test_mmlu_prompt_has_subject_description_and_five_dev_shots(data_dir: Path) -> None:
     item = default_registry().get("mmlu").load(SuiteOptions(data_dir=data_dir), 57)[0]
     prompt = item.display["prompt"]
-    subject = item.extra["subject"]
+    subject = item.extra.subject
     assert prompt.startswith(
         f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}."
     )
@@ -134,4 +135,4 @@ def test_mmlu_prompt_has_subject_description_and_five_dev_shots(data_dir: Path) 
 
 def test_quick_preset_is_stratified_across_all_57_subjects(data_dir: Path) -> None:
     items = default_registry().get("mmlu").load(SuiteOptions(data_dir=data_dir), 500)
-    assert len(items) == 500 and len({i.extra["subject"] for i in items}) == 57
+    assert len(items) == 500 and len({i.extra.subject for i in items}) == 57

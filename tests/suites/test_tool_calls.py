@@ -372,7 +372,7 @@ def test_load_is_stable_stratified_and_hashes_the_mode(data_dir: Path) -> None:
     opts = SuiteOptions(data_dir=data_dir)
     items = suite.load(opts, 40)
     assert len(items) == 40 and items == suite.load(opts, 40)
-    cats = {it.extra["category"] for it in items}
+    cats = {it.extra.category for it in items}
     assert {"simple_python", "live_multiple", "live_irrelevance", "irrelevance"} <= cats
     it = items[0]
     assert set(it.display) == {"prompt", "choices"} and it.display["choices"] is None and it.display["prompt"]

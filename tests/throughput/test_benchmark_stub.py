@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from evalgate.engines import ServerHandle
+from evalgate.engines.api import Generation
 from evalgate.engines.llamacpp import LlamaCppScorer
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -56,7 +57,7 @@ def test_evalgate_scorer_loglikelihood_and_generate() -> None:
             lls = await asyncio.gather(*(scorer.loglikelihood(CONTEXT, c) for c in CHOICES))
             conts = [(await scorer.split_tokens(CONTEXT, c))[1] for c in CHOICES]
             roundtrip = await scorer.detokenize(await scorer.tokenize(CONTEXT + CHOICES[0]))
-            gen = await scorer.generate(CONTEXT, max_tokens=64, stop=["Question:"])
+            gen = await scorer.generate(CONTEXT, Generation(max_tokens=64, stop=("Question:",)))
             return {"ctx": ctx, "lls": lls, "conts": conts, "roundtrip": roundtrip, "gen": gen}
         finally:
             await scorer.aclose()

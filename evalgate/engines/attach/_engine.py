@@ -14,11 +14,11 @@ import contextlib
 import socket
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from evalgate.engines._launcher import ServerHandle
+from evalgate.arms import original
+from evalgate.engines._launcher import LaunchSlot, ServerHandle
 from evalgate.engines.api import Engine
 from evalgate.engines.attach._allowed import parse_allowed, require_allowed_workers
 from evalgate.engines.attach._fingerprint import (
@@ -37,6 +37,7 @@ from evalgate.engines.attach._urls import normalize_url, shared_server
 from evalgate.engines.gateway import GatewayScorer, GatewayWorker, read_workers
 from evalgate.errors import ConfigError
 from evalgate.redact import env_secrets, redact_url
+from evalgate.store.provenance import Provenance
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["AttachedHandle", "ExternalEngine"]
@@ -108,7 +109,7 @@ class ExternalEngine(Engine):
         self._info: dict[str, dict[str, Any]] = {}
 
     def urls_for(self, arm: str) -> list[str]:
-        return self.urls.get(arm) or self.urls["baseline"]  # aa: the baseline's servers again
+        return self.urls.get(arm) or self.urls[original(arm)]  # a repeat (--aa): its original's servers
 
     def attach_info(self, arm: str) -> dict[str, Any]:
         """Check every URL of ``arm`` answers and serves one deployment; the arm's ``handle.info``."""
@@ -200,8 +201,9 @@ class ExternalEngine(Engine):
         return LaunchSpec(self.name, variant.model or f"attached:{variant.name}", args, (), frozenset())
 
     @contextlib.contextmanager
-    def launch(self, spec: LaunchSpec, *, name: str, log_dir: Path) -> Iterator[AttachedHandle]:
+    def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> Iterator[AttachedHandle]:
         """Start nothing: check the arm's URLs and yield a handle; nothing to stop on exit."""
+        name, log_dir = slot.name, slot.log_dir
         info = self.attach_info(name)
         urls = info["urls"]
         log_path = log_dir / f"{name}.log"
@@ -222,6 +224,21 @@ class ExternalEngine(Engine):
             urls=list(urls),
             protocol=info["protocol"],
         )
+
+    def provenance(self, handle: ServerHandle) -> Provenance:
+        """What the arm's servers report they run (behind a gateway: its workers), read from their
+        fingerprints by their engine's dialect; the first that reports anything (an arm's servers
+        are checked to be one deployment). A vLLM server reports none of it: unknown."""
+        gateway = handle.info.get("gateway")
+        if isinstance(gateway, dict):
+            fps = [w["fingerprint"] for w in gateway["workers"]]
+        else:
+            fps = [handle.info["servers"][str(u)] for u in handle.info["urls"]]
+        for fp in fps:
+            found = dialect_of(fp).provenance(fp)
+            if found.reported():
+                return found
+        return Provenance()
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> ShardedScorer | GatewayScorer:
         gateway = handle.info.get("gateway")

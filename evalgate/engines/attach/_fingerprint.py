@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from evalgate.arms import original
 from evalgate.engines import llamacpp, sglang, vllm
 from evalgate.engines.api import AttachDialect
 from evalgate.engines.attach._urls import normalize_url
@@ -37,13 +38,13 @@ _KERNEL_BACKEND = re.compile(r"(attention|gemm|moe).*_backend$")
 
 
 def api_key_for(arm: str, env: Mapping[str, str] | None = None) -> str | None:
-    """``EVALGATE_<ARM>_API_KEY``; the A/A arm is the baseline's servers, so it uses that key."""
+    """``EVALGATE_<ARM>_API_KEY``; a repeat arm (--aa) is its original's servers, so it uses that key."""
     env = os.environ if env is None else env
     return env.get(_key_env(arm)) or None
 
 
 def _key_env(arm: str) -> str:
-    return f"EVALGATE_{('baseline' if arm == 'aa' else arm).upper()}_API_KEY"
+    return f"EVALGATE_{original(arm).upper()}_API_KEY"
 
 
 def require_two_instances(base_info: Mapping[str, Any], cand_info: Mapping[str, Any]) -> None:

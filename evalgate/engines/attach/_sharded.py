@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from evalgate.engines.api import Decoded, LogLik, Position, Scorer
+from evalgate.engines.api import Decoded, Generation, LogLik, Position, Scorer
 from evalgate.engines.gateway import GatewayScorer
 from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import PreflightError
@@ -64,19 +64,8 @@ class ShardedScorer(Scorer):
         scorer = self._on(repr(list(prompt)))
         return await scorer.decode_distributions(prompt, max_tokens=max_tokens, top_k=top_k)
 
-    async def generate(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: list[str],
-        temperature: float = 0.0,
-        seed: int = 0,
-        sampling: Mapping[str, float] | None = None,
-    ) -> dict[str, Any]:
-        return await self._on(prompt).generate(
-            prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, seed=seed, sampling=sampling
-        )
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
+        return await self._on(prompt).generate(prompt, gen)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         return await self._on(_messages_key(payload.get("messages"))).chat(payload)

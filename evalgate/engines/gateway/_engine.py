@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.config import GatewayConfig
-from evalgate.engines._launcher import ServerHandle, WorkerSlot, new_api_key
+from evalgate.engines._launcher import LaunchSlot, ServerHandle, WorkerSlot, new_api_key
 from evalgate.engines.api import Engine
 from evalgate.engines.gateway._scorer import GatewayScorer
 from evalgate.engines.gateway._smg import find_smg, gateway_command, launch_gateway, smg_version
 from evalgate.errors import ServerDied
+from evalgate.store.provenance import Provenance
 from evalgate.variants import LaunchSpec
 
 __all__ = ["GatewayEngine", "GatewayHandle", "gateway_policy"]
@@ -76,14 +77,16 @@ class GatewayEngine(Engine):
         return self.inner.launch_spec(variant)
 
     @contextlib.contextmanager
-    def launch(self, spec: LaunchSpec, *, name: str, log_dir: Path) -> Iterator[GatewayHandle]:
+    def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> Iterator[GatewayHandle]:
+        name, log_dir = slot.name, slot.log_dir
         program = find_smg(self.config.smg)  # not installed: say so before a worker starts
         key = new_api_key()
         with contextlib.ExitStack() as stack:
             handles: dict[str, ServerHandle] = {}
             for i in range(self.workers):
-                slot = WorkerSlot(i, self.workers, key)
-                launch = self.inner.launch(spec, name=name, log_dir=log_dir, worker=slot)  # type: ignore[call-arg]
+                launch = self.inner.launch(
+                    spec, LaunchSlot(name, log_dir, worker=WorkerSlot(i, self.workers, key))
+                )
                 worker = stack.enter_context(launch)
                 handles[worker.base_url] = worker
             gateway, listed = stack.enter_context(
@@ -131,6 +134,11 @@ class GatewayEngine(Engine):
                 diagnose_signal=gateway.diagnose_signal,
                 workers=list(handles.values()),
             )
+
+    def provenance(self, handle: ServerHandle) -> Provenance:
+        """What the arm's first worker reports it runs (the workers share one launch spec)."""
+        workers = handle.workers if isinstance(handle, GatewayHandle) else []
+        return self.inner.provenance(workers[0]) if workers else Provenance()
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> GatewayScorer:
         workers = handle.workers if isinstance(handle, GatewayHandle) else []

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Scorer
+from evalgate.engines.api import CacheObservation, Decoded, Generation, LogLik, Position, Scorer
 from evalgate.engines.client import ROUTED_TO, ROUTING_KEY, UnlistedWorker
 from evalgate.engines.preflight import PreflightReport, preflight
 from evalgate.errors import ConfigError
@@ -122,8 +122,8 @@ class GatewayScorer(Scorer):
         call = self.through.decode_distributions(prompt, max_tokens=max_tokens, top_k=top_k)
         return await self._keyed(repr(list(prompt)), call)
 
-    async def generate(self, prompt: str, **kwargs: Any) -> dict[str, Any]:
-        return await self._keyed(prompt, self.through.generate(prompt, **kwargs))
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
+        return await self._keyed(prompt, self.through.generate(prompt, gen))
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         key = json.dumps(payload.get("messages"), sort_keys=True, ensure_ascii=False, default=str)

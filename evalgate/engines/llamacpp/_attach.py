@@ -11,6 +11,7 @@ from typing import Any
 
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.api import AttachDialect, Get
+from evalgate.engines.llamacpp._provenance import props_provenance
 from evalgate.engines.llamacpp._scorer import LlamaCppScorer
 
 __all__ = ["DIALECT"]
@@ -40,6 +41,7 @@ def _fingerprint(data: Mapping[str, Any], cards: Sequence[Mapping[str, Any]]) ->
         ),
         "version": data.get("build_info"),
         "model_path": data.get("model_path"),
+        "model_ftype": data.get("model_ftype"),
         "n_ctx_per_slot": general.get("n_ctx"),
         "total_slots": data.get("total_slots"),
         "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest()[:16],
@@ -65,5 +67,6 @@ DIALECT = AttachDialect(
     concurrency=lambda fp: int(fp.get("total_slots") or 4),
     scorer=_scorer,
     instance=lambda fp: fp.get("instance_sha256"),
+    provenance=props_provenance,
     replica_keys=frozenset({"instance_sha256"}),
 )

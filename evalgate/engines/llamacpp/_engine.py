@@ -18,14 +18,16 @@ from typing import Any
 import httpx
 
 from evalgate.config import LlamaCppConfig
-from evalgate.engines._launcher import ServerHandle, WorkerSlot, launch_server, server_command
+from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
 from evalgate.engines.api import Engine
 from evalgate.engines.gguf import DEFAULT_MODEL, derived_gguf
 from evalgate.engines.llamacpp import _diagnose
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
 from evalgate.engines.llamacpp._host import choose_wait_policy
+from evalgate.engines.llamacpp._provenance import llamacpp_provenance, read_props
 from evalgate.engines.llamacpp._scorer import LlamaCppScorer
 from evalgate.errors import ConfigError
+from evalgate.store.provenance import Provenance
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["QUANT_KEYS", "SMOKE_GEN_CAP", "TOOLS_TEMPLATE", "LlamaCppEngine", "binary_version", "find_binary"]
@@ -122,6 +124,10 @@ class LlamaCppEngine(Engine):
             "--poll": str(c.poll),
             "-ctk": kv,
             "-ctv": kv,
+            # a quantized V cache needs flash attention, so a q8_0 arm turns it on by itself; the
+            # F16 arm's "auto" resolved to on as well, but only per build: said on both arms, the
+            # pair computes attention the same way (docs/measurements.md, "The first command")
+            "-fa": "on",
             "--no-webui": None,
             # ChatML with a <tool_call> block: the GGUF's own template ignores `tools`, and
             # --jinja turns on llama-server's tool-call parser (suites/tool_calls/README.md)
@@ -159,28 +165,17 @@ class LlamaCppEngine(Engine):
         return server_command(head, spec, port=port, api_key=api_key, extra=["--alias", f"evalgate-{name}"])
 
     @contextlib.contextmanager
-    def launch(
-        self,
-        spec: LaunchSpec,
-        *,
-        name: str,
-        log_dir: Path,
-        port: int | None = None,
-        worker: WorkerSlot | None = None,
-    ) -> Iterator[ServerHandle]:
-        """One llama-server; as ``worker`` of an arm behind a gateway, under the arm's key and
+    def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> Iterator[ServerHandle]:
+        """One llama-server; as ``slot.worker`` of an arm behind a gateway, under the arm's key and
         served model name (smg routes by that name) with a log of its own."""
         find_binary()  # not installed: say so before a port is taken
         with launch_server(
             self,
-            lambda port, key: self.command(spec, port=port, api_key=key, name=name),
-            name=worker.name(name) if worker else name,
-            log_dir=log_dir,
-            port=port,
+            lambda port, key: self.command(spec, port=port, api_key=key, name=slot.name),
+            slot,
             ready=_healthy,
             env=dict(spec.env),
             timeout_s=self.config.ready_timeout_s,
-            api_key=worker.api_key if worker else None,
         ) as handle:
             log = handle.log_path.read_text(errors="replace")
             handle.info["kv_buffers_mib"] = kv_buffer_sizes(log)
@@ -191,6 +186,9 @@ class LlamaCppEngine(Engine):
         return LlamaCppScorer(
             handle, concurrency=self.slots, seed=seed, cache_prompt=not self.config.deterministic
         )
+
+    def provenance(self, handle: ServerHandle) -> Provenance:
+        return llamacpp_provenance(handle.log_path.read_text(errors="replace"), read_props(handle))
 
     def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
         return llamacpp_capacity(handle.log_path.read_text(errors="replace"))

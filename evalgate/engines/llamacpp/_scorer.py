@@ -25,7 +25,7 @@ the pick), each generated token with its ``top_logprobs`` from the same raw list
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from evalgate.engines._decoding import check_decoded, decode_prompt
@@ -45,7 +45,16 @@ from evalgate.engines._scoring import (
     server_client,
     token_ids,
 )
-from evalgate.engines.api import CacheObservation, Decoded, DriftPath, LogLik, Position, Scorer, Split
+from evalgate.engines.api import (
+    CacheObservation,
+    Decoded,
+    DriftPath,
+    Generation,
+    LogLik,
+    Position,
+    Scorer,
+    Split,
+)
 from evalgate.engines.client import GatewayRoute
 
 __all__ = [
@@ -170,22 +179,13 @@ class LlamaCppScorer(Scorer):
         ctx = await self.tokenize(context)
         return ctx, whole[len(ctx) :]
 
-    async def generate(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: list[str],
-        temperature: float = 0.0,
-        seed: int = 0,
-        sampling: Mapping[str, float] | None = None,
-    ) -> dict[str, Any]:
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
         # lm-eval's rule with max_length read from the server (never its 2048 default): the
         # context keeps its last (max_length - max_tokens) tokens; the record says how many went
         sent: str | list[int] = prompt
         truncated = 0
         n_ctx = await self.context_length()
-        room = max(1, n_ctx - max_tokens)
+        room = max(1, n_ctx - gen.max_tokens)
         # a token spans at least one byte (plus a possible dummy-prefix space), so a prompt with
         # fewer bytes than the room fits without a /tokenize round trip: the usual case
         if n_ctx and len(prompt.encode()) + 1 > room:
@@ -194,16 +194,16 @@ class LlamaCppScorer(Scorer):
                 truncated, sent = len(tokens) - room, tokens[-room:]
         payload = {
             "prompt": sent,
-            "max_tokens": max_tokens,
-            "stop": stop[:4],
-            "temperature": temperature,
-            "seed": seed,
+            "max_tokens": gen.max_tokens,
+            "stop": list(gen.stop[:4]),
+            "temperature": gen.temperature,
+            "seed": gen.seed,
             "cache_prompt": self.cache_prompt,
-            **(sampling or {}),  # top_p, top_k, min_p: llama-server's own names
+            **(gen.sampling or {}),  # top_p, top_k, min_p: llama-server's own names
         }
         data = await self.http.post("/v1/completions", payload)
         # llama-server caps stop strings only by count; lm-eval's until list can be longer.
-        return {**completion_result(data, stop, self.server), "truncated_tokens": truncated}
+        return {**completion_result(data, gen.stop, self.server), "truncated_tokens": truncated}
 
     async def cached_request(
         self, prompt_ids: Sequence[int], *, salt: str | None, max_tokens: int = 1

@@ -11,6 +11,7 @@ from typing import Any
 from evalgate.engines._gpu import attached_concurrency
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.api import AttachDialect, Get
+from evalgate.engines.sglang._provenance import sglang_provenance
 from evalgate.engines.sglang._scorer import SGLangScorer
 from evalgate.engines.sglang._server_info import read_server_info
 from evalgate.redact import is_secret_key
@@ -61,6 +62,7 @@ DIALECT = AttachDialect(
     concurrency=attached_concurrency,
     scorer=_scorer,
     instance=_instance,
+    provenance=lambda fp: sglang_provenance(fp.get("server_args") or {}),
     # Differ between replicas of one deployment, or between two launches of the same settings:
     # internal ports and addresses, GPU ids, the KV pool measured from free memory at startup,
     # random_seed (SGLang draws one when unset; evalgate seeds each request), and what SGLang

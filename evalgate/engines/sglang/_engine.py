@@ -33,12 +33,14 @@ import httpx
 from evalgate.config import SGLangConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
 from evalgate.engines._kv_scales import kv_scales_used, validate_kv_scales
-from evalgate.engines._launcher import ServerHandle, WorkerSlot, launch_server, server_command
+from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
 from evalgate.engines.sglang import _diagnose
 from evalgate.engines.sglang._capacity import sglang_capacity
+from evalgate.engines.sglang._provenance import sglang_provenance
 from evalgate.engines.sglang._scorer import SGLangScorer
-from evalgate.engines.sglang._server_info import fetch_server_info
+from evalgate.engines.sglang._server_info import fetch_server_info, get_server_info
 from evalgate.errors import ConfigError
+from evalgate.store.provenance import Provenance
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["DETERMINISTIC_BACKENDS", "KV_DTYPES", "QUANT_KEYS", "SGLangEngine"]
@@ -175,28 +177,17 @@ class SGLangEngine(GPUEngine):
         return server_command(head, spec, port=port, api_key=api_key)
 
     @contextlib.contextmanager
-    def launch(
-        self,
-        spec: LaunchSpec,
-        *,
-        name: str,
-        log_dir: Path,
-        port: int | None = None,
-        worker: WorkerSlot | None = None,
-    ) -> Iterator[ServerHandle]:
-        """One SGLang server; as ``worker`` of an arm behind a gateway, under the arm's key, on its
+    def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> Iterator[ServerHandle]:
+        """One SGLang server; as ``slot.worker`` of an arm behind a gateway, under the arm's key, on its
         share of the arm's GPUs, with a log of its own."""
-        env = self.arm_env(spec, name, worker)
+        env = self.arm_env(spec, slot.name, slot.worker)
         with launch_server(
             self,
             lambda port, key: self.command(spec, port=port, api_key=key),
-            name=worker.name(name) if worker else name,
-            log_dir=log_dir,
-            port=port,
+            slot,
             ready=_generates,
             env=env,
             timeout_s=self.config.ready_timeout_s,
-            api_key=worker.api_key if worker else None,
         ) as handle:
             handle.info.update(fetch_server_info(handle.base_url, handle.api_key))
             handle.info["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")
@@ -208,6 +199,13 @@ class SGLangEngine(GPUEngine):
             if found and found.get("kv_types") and isinstance(handle.info.get("capacity"), dict):
                 handle.info["capacity"]["kv_types"] = found["kv_types"]  # the dtype the pool really has
             yield handle
+
+    def provenance(self, handle: ServerHandle) -> Provenance:
+        raw, _ = get_server_info(handle.base_url, handle.api_key)
+        scales = handle.info.get("kv_scales")
+        return sglang_provenance(
+            raw or {}, _read(handle.log_path), kv_scales=scales if isinstance(scales, dict) else None
+        )
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> SGLangScorer:
         return SGLangScorer(handle, concurrency=self.config.concurrency, seed=seed)

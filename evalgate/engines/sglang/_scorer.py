@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -51,7 +51,7 @@ from evalgate.engines._scoring import (
     parsing,
     token_ids,
 )
-from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Split
+from evalgate.engines.api import CacheObservation, Decoded, Generation, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed
 from evalgate.engines.sglang._decode import answered_positions, decode_payload, read_decoded
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
@@ -124,26 +124,17 @@ class SGLangScorer(BatchScorer):
         return read_decoded(data, max_tokens=max_tokens, top_k=top_k, server=self.server)
 
     # -- generation and chat -----------------------------------------------------------------
-    async def generate(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: list[str],
-        temperature: float = 0.0,
-        seed: int = 0,
-        sampling: Mapping[str, float] | None = None,
-    ) -> dict[str, Any]:
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
         payload = {
             "prompt": prompt,
-            "max_tokens": max_tokens,
-            "stop": list(stop),
-            "temperature": temperature,
-            "seed": seed,
-            **(sampling or {}),  # top_p, top_k, min_p (CompletionRequest fields in 0.5.23)
+            "max_tokens": gen.max_tokens,
+            "stop": list(gen.stop),
+            "temperature": gen.temperature,
+            "seed": gen.seed,
+            **(gen.sampling or {}),  # top_p, top_k, min_p (CompletionRequest fields in 0.5.23)
         }
         # SGLang trims its stop strings already; completion_result keeps every engine identical
-        return completion_result(await self.http.post("/v1/completions", payload), stop, self.server)
+        return completion_result(await self.http.post("/v1/completions", payload), gen.stop, self.server)
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         return check_chat(await self.http.post("/v1/chat/completions", continued(payload)), self.server)

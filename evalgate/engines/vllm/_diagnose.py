@@ -1,8 +1,15 @@
 """Reading vLLM's own words: a failure log into one line that names the cause and the fix.
 
 The patterns are vLLM's real messages (tests/fixtures/vllm_logs says where each was seen, and
-vLLM 0.33.0's source has each wording). Specific causes are tried before the generic "the engine
-core died", because an engine core that died of, say, an out-of-memory error logs both.
+vLLM 0.33.0's and 0.34.0's source have each wording). Specific causes are tried before the generic
+"the engine core died", because an engine core that died of, say, an out-of-memory error logs both.
+
+0.34's extensible KV cache (on by default on CUDA, ``config/cache.py``) changes the memory advice:
+unset, ``gpu_memory_utilization`` is 1.0, so "raise it" is no fix; its messages say so ("The
+extensible KV cache already takes all device memory left after ...", ``_more_kv_cache_memory_hint``
+in ``v1/core/kv_cache_planning.py``), and ``_memory_fix`` reads that. It also no longer refuses to
+start when another process holds GPU memory ("Free memory on device ..." is raised only with the
+extensible KV cache off, ``request_memory`` in ``v1/worker/utils.py``): the pool is smaller instead.
 """
 
 from __future__ import annotations
@@ -13,10 +20,25 @@ from evalgate.engines._logs import Rule, diagnose_log
 
 __all__ = ["RULES", "TESTED_VERSION", "diagnose"]
 
-TESTED_VERSION = "0.33.0"
-"""The vLLM whose parser and API models tests/engines/test_engine_vllm.py checks evalgate against."""
+TESTED_VERSION = "0.34.0"
+"""The vLLM whose parser and API models tests/engines/test_vllm_parser.py checks evalgate against
+(0.33.0's option list too)."""
 
 _SETTINGS = "evalgate.toml [vllm]"
+
+
+def _memory_fix(log: str) -> str:
+    """How to make room for the KV cache, as the log's vLLM sizes it (module docstring)."""
+    fewer = f"lower max_model_len in {_SETTINGS}, or add GPUs (tensor_parallel_size)"
+    if "extensible KV cache already takes all device memory" in log:
+        return (
+            f"{fewer}; vLLM's extensible KV cache already had all GPU memory left after the model, "
+            "CUDA graphs and warmup, so gpu_memory_utilization cannot give more (enforce_eager = true "
+            "drops the CUDA graphs)"
+        )
+    if "with the extensible KV cache it defaults to 1.0" in log:
+        return f"raise gpu_memory_utilization in {_SETTINGS} or unset it (vLLM then takes 1.0), {fewer}"
+    return f"raise gpu_memory_utilization (e.g. 0.9) in {_SETTINGS}, {fewer}"
 
 
 def _last_exception(log: str) -> str:
@@ -51,17 +73,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         r"models?'s max seq len \((\d+)\)(?:.*?the estimated maximum model length is (\d+))?",
         lambda m, log: (
-            f"the KV cache cannot hold one request of {m[1]} tokens: lower max_model_len in {_SETTINGS}"
+            f"the KV cache cannot hold one request of {m[1]} tokens"
             + (f" (vLLM estimates {m[2]} fits)" if m[2] else "")
-            + ", raise gpu_memory_utilization, or add GPUs (tensor_parallel_size)"
+            + f": {_memory_fix(log)}"
         ),
     ),
     Rule(
         r"No available memory for the cache blocks",
         lambda m, log: (
-            "the weights and activations left no GPU memory for vLLM's KV cache: raise "
-            f"gpu_memory_utilization (e.g. 0.9) in {_SETTINGS}, lower max_model_len, or add GPUs "
-            "(tensor_parallel_size)"
+            f"the weights and activations left no GPU memory for vLLM's KV cache: {_memory_fix(log)}"
         ),
     ),
     Rule(

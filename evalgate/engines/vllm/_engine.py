@@ -31,12 +31,14 @@ import httpx
 
 from evalgate.config import VLLMConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
-from evalgate.engines._launcher import ServerHandle, WorkerSlot, launch_server, server_command
+from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
 from evalgate.engines.vllm import _diagnose
 from evalgate.engines.vllm._capacity import vllm_capacity
 from evalgate.engines.vllm._kv_scales import kv_scales_used, read_kv_scales, validate_kv_checkpoint
+from evalgate.engines.vllm._provenance import vllm_provenance
 from evalgate.engines.vllm._scorer import VLLMScorer
 from evalgate.errors import ConfigError, ServerStartError
+from evalgate.store.provenance import Provenance
 from evalgate.variants import LaunchSpec, Variant
 
 __all__ = ["KV_DTYPES", "QUANT_KEYS", "VLLMEngine", "wait_for_group_exit"]
@@ -65,8 +67,9 @@ QUANT_KEYS = frozenset(
 )
 KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}  # explicit: "auto" may be a checkpoint's FP8
 BATCH_INVARIANT_BACKENDS = ("FLASH_ATTN", "FLEX_ATTENTION", "TRITON_ATTN", "FLASH_ATTN_MLA", "TRITON_MLA")
-"""The attention backends whose ``supports_batch_invariance()`` is true in vLLM 0.33.0
-(``vllm/v1/attention/backends/``); with another, ``validate_configuration`` refuses the backend
+"""The attention backends whose ``supports_batch_invariance()`` is true in vLLM 0.33.0 and 0.34.0
+(``vllm/v1/attention/backends/``; 0.34's one more, SHORT_CONV, is a Mamba backend, not one
+``--attention-backend`` picks); with another, ``validate_configuration`` refuses the backend
 ("batch invariance not supported"). On SM80 vLLM swaps in Triton matmuls, on SM90+ it turns off
 split-k (``model_executor/determinism/batch_invariant.py``)."""
 _SETTINGS = "evalgate.toml [vllm]"
@@ -171,23 +174,15 @@ class VLLMEngine(GPUEngine):
         return server_command(head, spec, port=port, api_key=api_key)
 
     @contextlib.contextmanager
-    def launch(
-        self,
-        spec: LaunchSpec,
-        *,
-        name: str,
-        log_dir: Path,
-        port: int | None = None,
-        worker: WorkerSlot | None = None,
-    ) -> Iterator[ServerHandle]:
-        """One vLLM server; as ``worker`` of an arm behind a gateway, under the arm's key, on its
+    def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> Iterator[ServerHandle]:
+        """One vLLM server; as ``slot.worker`` of an arm behind a gateway, under the arm's key, on its
         share of the arm's GPUs, with a log of its own."""
-        env = self.arm_env(spec, name, worker)
+        env = self.arm_env(spec, slot.name, slot.worker)
         gpus = env.get("CUDA_VISIBLE_DEVICES")
         tp = self.config.tensor_parallel_size
         if gpus is not None and len(gpus.split(",")) < tp:
             raise ConfigError(
-                f"the {name} arm gets GPUs {gpus!r}, fewer than tensor_parallel_size {tp}",
+                f"the {slot.name} arm gets GPUs {gpus!r}, fewer than tensor_parallel_size {tp}",
                 fix=f"give each arm as many GPUs as tensor_parallel_size (gpus / arm_gpus in {_SETTINGS})",
             )
         seen: dict[str, Any] = {}
@@ -196,13 +191,10 @@ class VLLMEngine(GPUEngine):
             with launch_server(
                 self,
                 lambda port, key: self.command(spec, port=port, api_key=key),
-                name=worker.name(name) if worker else name,
-                log_dir=log_dir,
-                port=port,
+                slot,
                 ready=lambda base_url, key: _ready(base_url, key, seen),
                 env=env,
                 timeout_s=self.config.ready_timeout_s,
-                api_key=worker.api_key if worker else None,
             ) as handle:
                 pgid = handle.process.pid if handle.process else None  # its own group (new session)
                 handle.info.update(seen)
@@ -216,6 +208,11 @@ class VLLMEngine(GPUEngine):
         finally:
             if pgid is not None:  # the next arm needs this one's GPU memory back
                 wait_for_group_exit(pgid, timeout_s=60.0)
+
+    def provenance(self, handle: ServerHandle) -> Provenance:
+        scales = handle.info.get("kv_scales")
+        log = handle.log_path.read_text(errors="replace")
+        return vllm_provenance(log, kv_scales=scales if isinstance(scales, dict) else None)
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> VLLMScorer:
         return VLLMScorer(handle, concurrency=self.config.concurrency, seed=seed)
@@ -244,7 +241,8 @@ def wait_for_group_exit(pgid: int, *, timeout_s: float, poll_s: float = 0.2) -> 
 
     The launcher kills the group, but vLLM's engine-core and worker processes hold GPU memory until
     the driver has torn their contexts down, which can take seconds after the kill. The next arm,
-    on the same GPU, would otherwise start beside them and fail with "Free memory on device ...".
+    on the same GPU, would otherwise start beside them and fail with "Free memory on device ..." (0.33),
+    or, with 0.34's extensible KV cache, start with a pool shrunk by what they still hold.
     Zombies are skipped: they hold no memory, and a container's PID 1 may never reap them."""
     deadline = time.monotonic() + timeout_s
     while _group_members(pgid):

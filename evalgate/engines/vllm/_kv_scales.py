@@ -1,7 +1,7 @@
 """FP8 KV scales on vLLM: the calibrated checkpoint copy an ``fp8kv`` arm serves, and what the
 server says it used.
 
-vLLM takes no scale file (0.32 and 0.33 have neither ``--quantization-param-path`` nor
+vLLM takes no scale file (0.32 to 0.34 have neither ``--quantization-param-path`` nor
 ``--calculate-kv-scales``). Per-layer ``k_scale``/``v_scale`` are checkpoint tensors, loaded only
 when config.json names a quantization method whose attention method reads them: for a BF16
 checkpoint, compressed-tensors with a ``kv_cache_scheme`` and no ``config_groups``
@@ -139,7 +139,9 @@ def kv_scales_used(log: str, *, model: str) -> dict[str, Any]:
         "v_scale": _range(scales["v"]),
         "file": str(folder / RECORD) if (folder / RECORD).is_file() else None,
     }
-    said = _kv_scales.kv_scales_used(log, file=None)  # the engines' fallback lines, 0.33's among them
+    said = _kv_scales.kv_scales_used(
+        log, file=None
+    )  # the engines' fallback lines, 0.33's and 0.34's among them
     if said["scale"] == "1.0":
         return {**out, "scale": "1.0", "log": said["log"]}
     if quantization is None:

@@ -1,13 +1,15 @@
 """Scoring against one vLLM server through its OpenAI-compatible API.
 
 Loglikelihood: ``/v1/completions`` with token-id prompts, ``echo``, ``max_tokens: 0`` and
-``prompt_logprobs``. vLLM then answers the prompt's logprobs and generates nothing (0.33.0
-``OpenAIServingCompletion.request_output_to_completion_response``): ``choices[i].prompt_logprobs``
-holds one ``{token_id: {logprob, rank, decoded_token}}`` per prompt token, the first None. Greedy
-is rank 1, or a logprob equal to the best listed: vLLM's rank counts the tokens at least as likely
-(``batched_count_greater_than`` in ``v1/sample/ops/logprobs.py``), so a token tied for best (bf16
-logits tie exactly) has rank 2 or more. A question's choices go as one list of prompts, answered in
-order by ``index``.
+``prompt_logprobs``. vLLM then answers the prompt's logprobs and generates nothing (0.33.0 and
+0.34.0 ``OpenAIServingCompletion.request_output_to_completion_response``):
+``choices[i].prompt_logprobs`` holds one ``{token_id: {logprob, rank, decoded_token}}`` per prompt
+token, the first None. Greedy is rank 1, or a logprob equal to the best listed: vLLM's rank counts
+the tokens at least as likely (``_ranks_kernel``, ``logits >= x``, in
+``v1/worker/gpu/sample/logprob.py``, the GPU model runner's in 0.33 and its only one in 0.34, which
+dropped ``v1/sample/`` and ``gpu_model_runner.py``), so a token tied for best (bf16 logits tie
+exactly) has rank 2 or more. A question's choices go as one list of prompts, answered in order by
+``index``.
 
 The chat template is observed with ``/tokenize`` given ``messages`` (rendered as a chat completion
 would be, then encoded) and ``/detokenize``, which keeps special tokens. vLLM's ``/tokenize``,
@@ -16,34 +18,35 @@ would be, then encoded) and ``/detokenize``, which keeps special tokens. vLLM's 
 A chat ending in the assistant's message (the tool_calls prefill) is sent with
 ``continue_final_message: true`` and ``add_generation_prompt: false``. Without the first, vLLM opens
 a new assistant turn after the prefill; the first with the default ``add_generation_prompt: true``
-is refused, by the request's validator when both are sent ("Cannot set both", 0.33.0
+is refused, by the request's validator when both are sent ("Cannot set both", 0.33.0 and 0.34.0
 ``chat_completion/protocol.py`` ``check_generation_prompt``) and by the tokenizer's
 ``apply_chat_template`` when only the first is.
 
 Token distributions (the drift suite): the same request with ``prompt_logprobs`` = top k and no
-``logprobs``. Per position, vLLM 0.33.0 puts the prompt token first with its own rank, then the top
-k with ranks 1..k (``append_logprobs_for_next_position`` in ``vllm/logprobs.py``, a dict, so a
-prompt token inside the top k is listed once): the top k are the entries of rank <= k, and a
-prompt token outside them has rank > k (``Sampler.gather_logprobs`` counts the tokens at least as
-likely). The values are the log-softmax of the raw logits (``GPUModelRunner._get_prompt_logprobs_dict``
-with the default ``logprobs_mode`` raw_logprobs; a server started with ``raw_logits`` answers
-logits, which the check refuses), -inf written as -9999.0 (``clamp_prompt_logprobs``). A top k
-above the server's ``--max-logprobs`` (default 20) is refused by vLLM (``SamplingParams``).
+``logprobs``. Per position, vLLM (0.33.0, 0.34.0) puts the prompt token first with its own rank,
+then the top k with ranks 1..k (``append_logprobs_for_next_position`` in ``vllm/logprobs.py``, a
+dict, so a prompt token inside the top k is listed once): the top k are the entries of rank <= k,
+and a prompt token outside them has rank > k (the rank counts the tokens at least as likely). The
+values are the log-softmax of the raw logits (``PromptLogprobsWorker.compute_prompt_logprobs``,
+``v1/worker/gpu/sample/prompt_logprob.py`` with the default ``logprobs_mode`` raw_logprobs; a server
+started with ``raw_logits`` answers logits, which the check refuses), -inf written as -9999.0
+(``clamp_prompt_logprobs``). A top k above the server's ``--max-logprobs`` (default 20) is refused
+by vLLM (``SamplingParams``).
 
 Decode distributions (the drift suite's decode path): one greedy ``/v1/completions`` with
 ``logprobs`` = top k and the tokens as ids, read from ``choices[0].logprobs`` (``_decode``, which
 cites the source).
 
-Speed, not scores: ``prompt_logprobs`` turns off reading the prefix cache for the request
-(0.33.0 ``sampling_params.py``: ``skip_reading_prefix_cache``), so the choices of one question each
-prefill their context again.
+Speed, not scores: ``prompt_logprobs`` turns off reading the prefix cache for the request (0.33.0
+and 0.34.0 ``sampling_params.py``: ``skip_reading_prefix_cache``), so the choices of one question
+each prefill their context again.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from evalgate.engines._decoding import decode_prompt
@@ -60,7 +63,7 @@ from evalgate.engines._scoring import (
     parsing,
     token_ids,
 )
-from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Split
+from evalgate.engines.api import CacheObservation, Decoded, Generation, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed, RetryPolicy
 from evalgate.engines.vllm._decode import decode_payload, read_decoded
 from evalgate.engines.vllm._diagnose import TESTED_VERSION
@@ -79,7 +82,7 @@ _SETTINGS = "evalgate.toml [vllm]"
 _OVER_MAX = re.compile(
     r"Requested (?:prompt |sample )?logprobs of (\d+), which is greater than max allowed: (\d+)"
 )
-"""vLLM's refusal of more logprobs per position than its ``--max-logprobs`` (0.32.0
+"""vLLM's refusal of more logprobs per position than its ``--max-logprobs`` (0.32.0 to 0.34.0
 ``SamplingParams._validate_logprobs``), quoted in the 400's body."""
 
 
@@ -137,7 +140,7 @@ def _read(choice: Any, ctx: list[int], cont: list[int], server: str) -> LogLik:
 
 def distributions_payload(tokens: Sequence[int], *, top_k: int, model: str | None) -> dict[str, Any]:
     """The ``/v1/completions`` body for the prompt logprobs of ``tokens`` with the top ``top_k``
-    per position (echo with ``max_tokens: 0`` generates nothing: 0.33.0
+    per position (echo with ``max_tokens: 0`` generates nothing: 0.33.0 and 0.34.0
     ``CompletionRequest.to_sampling_params``); pure for tests."""
     body: dict[str, Any] = {
         "prompt": [int(t) for t in tokens],
@@ -269,28 +272,25 @@ class VLLMScorer(BatchScorer):
         data = await self._logprobs(decode_payload(ids, max_tokens=max_tokens, top_k=top_k, model=self.model))
         return read_decoded(data, max_tokens=max_tokens, top_k=top_k, server=self.server)
 
-    async def generate(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        stop: list[str],
-        temperature: float = 0.0,
-        seed: int = 0,
-        sampling: Mapping[str, float] | None = None,
-    ) -> dict[str, Any]:
-        payload = {"prompt": prompt, "max_tokens": max_tokens, "stop": list(stop), "temperature": temperature}
+    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
+        payload = {
+            "prompt": prompt,
+            "max_tokens": gen.max_tokens,
+            "stop": list(gen.stop),
+            "temperature": gen.temperature,
+        }
         data = await self.http.post(
-            "/v1/completions", self._with_model({**payload, "seed": seed, **(sampling or {})})
+            "/v1/completions", self._with_model({**payload, "seed": gen.seed, **(gen.sampling or {})})
         )  # top_p, top_k, min_p: vLLM's sampling fields on the completions request
         # vLLM trims its stop strings already; completion_result keeps every engine identical
-        return completion_result(data, stop, self.server)
+        return completion_result(data, gen.stop, self.server)
 
     async def cached_request(
         self, prompt_ids: Sequence[int], *, salt: str | None, max_tokens: int = 1
     ) -> CacheObservation:
-        """One timed ``/v1/completions`` of ``prompt_ids`` under ``cache_salt``. vLLM 0.33.0 mixes the
-        salt into the first block's hash (``v1/core/kv_cache_utils.py``) and refuses one over 128
+        """One timed ``/v1/completions`` of ``prompt_ids`` under ``cache_salt``. vLLM 0.33.0 and 0.34.0 mix
+        the salt into the first block's hash (``v1/core/kv_cache_utils.py``; a hit is whole blocks, 16
+        tokens by default in 0.33, 64 in 0.34) and refuses one over 128
         characters or holding ``@ / \\`` or NUL (``validate_cache_salt`` in
         ``entrypoints/generate/base/protocol.py``); it reports
         ``usage.prompt_tokens_details.cached_tokens`` only with ``--enable-prompt-tokens-details``

@@ -1,0 +1,79 @@
+"""The verdict's "what ran" table and its top-of-report warnings, read from the manifest: each
+arm's ``server.provenance`` (what its server reported it ran), the launch settings, and the
+settings the user declared may differ (``--allow-diff``). Pure: the rules are in
+evalgate/store/provenance.py; this module only finds their inputs in a run folder's manifest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalgate.store.manifest import Manifest
+from evalgate.store.provenance import (
+    Provenance,
+    WhatRanRow,
+    baseline_is_fp8,
+    declared_differences,
+    fallbacks,
+    is_fp8,
+    what_ran,
+)
+
+__all__ = ["baseline_fp8_note", "provenance_of", "what_ran_for"]
+
+KV_FLAGS = ("--kv-cache-dtype", "-ctk")
+SCALE_FLAGS = ("--quantization-param-path", "--kv-scales-file")
+
+
+def provenance_of(m: Manifest, arm: str) -> Provenance | None:
+    """What the arm's server reported it ran; None when the run folder has no record of it."""
+    info = m.arms.get(arm)
+    return info.server.provenance if info is not None else None
+
+
+def what_ran_for(m: Manifest) -> tuple[list[WhatRanRow], list[str]]:
+    """The side-by-side rows, and the warnings for the top of the report: the candidate's
+    fallbacks, then the declared differences."""
+    b, c = provenance_of(m, "baseline"), provenance_of(m, "candidate")
+    args = _args(m, "candidate")
+    variant = m.variants.get("candidate")
+    fp8_asked = (variant is not None and variant.kv == "fp8") or any(is_fp8(args.get(f)) for f in KV_FLAGS)
+    info = m.arms.get("candidate")
+    scales = (info.server.kv_scales if info is not None else None) or {}
+    given = any(f in args for f in SCALE_FLAGS) or bool(scales.get("file") or scales.get("k_scale"))
+    warnings = fallbacks(b, c, fp8_kv_asked=fp8_asked, scales_given=given)
+    declared = declared_differences(list(m.request.allow_diff), _sides(m))
+    return what_ran(b, c), warnings + ([declared] if declared else [])
+
+
+def baseline_fp8_note(m: Manifest) -> list[str]:
+    """#44: the baseline's server reports an FP8 KV cache under ``auto``: no full-precision reference."""
+    args = _args(m, "baseline")
+    flag = next((str(args[f]) for f in KV_FLAGS if args.get(f) is not None), None)
+    if baseline_is_fp8(provenance_of(m, "baseline"), kv_flag=flag):
+        return ["baseline precision: FP8, not a full-precision reference"]
+    return []
+
+
+def _args(m: Manifest, arm: str) -> dict[str, Any]:
+    launch = m.launch.get(arm)
+    return dict(launch.args) if launch is not None else {}
+
+
+def _sides(m: Manifest) -> dict[str, tuple[Any, Any]]:
+    """Every launch flag, variable and attached server setting, as (baseline, candidate)."""
+    per_arm: list[dict[str, Any]] = []
+    for arm in ("baseline", "candidate"):
+        values: dict[str, Any] = {}
+        launch = m.launch.get(arm)
+        if launch is not None:
+            values |= {k: "(flag)" if v is None else v for k, v in launch.args}
+            values |= dict(launch.env)
+        info = m.arms.get(arm)
+        servers = (info.server.servers if info is not None else None) or {}
+        for fp in list(servers.values())[:1]:  # an arm's servers are one deployment
+            if isinstance(fp, dict):
+                values |= {k: v for k, v in fp.items() if not isinstance(v, dict)}
+                values |= dict(fp.get("server_args") or {})
+        per_arm.append(values)
+    b, c = per_arm
+    return {k: (b.get(k), c.get(k)) for k in {**b, **c}}
