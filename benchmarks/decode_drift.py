@@ -31,8 +31,7 @@ import numpy as np
 
 from evalgate import stats
 from evalgate.engines.api import LaunchSlot
-from evalgate.gate.drift import DEFAULT_KLD_BUDGET
-from evalgate.gate.verdict import RunData
+from evalgate.gate import DEFAULT_KLD_BUDGET, RunData
 from evalgate.store.drift_records import forced_of, greedy_of
 
 

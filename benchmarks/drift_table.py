@@ -17,7 +17,7 @@ import csv
 from pathlib import Path
 
 from evalgate import stats
-from evalgate.gate.verdict import RunData, verdict_for
+from evalgate.gate import RunData, verdict_for
 
 
 def main() -> None:

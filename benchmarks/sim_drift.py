@@ -59,8 +59,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalgate import stats
-from evalgate.gate import GatePolicy, decide
-from evalgate.gate.drift import DEFAULT_KLD_BUDGET
+from evalgate.gate import DEFAULT_KLD_BUDGET, GatePolicy, decide
 from evalgate.store.records import Pair, Record
 
 METHODS = ("percentile", "studentized", "union")

@@ -31,9 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _gate_power as gp
 
 from evalgate import stats
-from evalgate.gate import GatePolicy, decide
+from evalgate.gate import DEFAULT_AA_MARGIN, DEFAULT_FLIP_BUDGET, GatePolicy, decide
 from evalgate.gate._rows import RESAMPLES
-from evalgate.gate.agreement import DEFAULT_AA_MARGIN, DEFAULT_FLIP_BUDGET
 from evalgate.store.records import Pair, Record
 
 ALPHA = 0.05

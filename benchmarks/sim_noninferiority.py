@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalgate import stats
 from evalgate.gate import GatePolicy, decide
-from evalgate.gate.repeats import item_means
+from evalgate.gate._repeats import item_means
 from evalgate.store.records import Pair, Record
 
 MARGIN, K = 0.02, 4

@@ -49,9 +49,8 @@ from evalgate.config import EvalgateConfig
 from evalgate.engines import registered_engine
 from evalgate.engines.fake import FakeEngine
 from evalgate.errors import ConfigError
-from evalgate.gate import GatePolicy, decide
-from evalgate.gate.agreement import DEFAULT_AA_MARGIN
-from evalgate.gate.repeats import RESAMPLES, item_means
+from evalgate.gate import DEFAULT_AA_MARGIN, GatePolicy, decide
+from evalgate.gate._repeats import RESAMPLES, item_means
 from evalgate.request import CompareRequest
 from evalgate.run.settle import settle
 from evalgate.stats._resampling import _chunks

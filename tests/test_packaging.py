@@ -27,7 +27,7 @@ PROBE = "import kernels"  # finds the fake: proves it comes first on sys.path
 CHECK = """
 import json
 import evalgate.kernels, evalgate.kernels.fp8_kv.sglang_json
-from evalgate.gate.kernel_check import kernel_check_for
+from evalgate.gate import kernel_check_for
 from evalgate.variants import parse_variant
 
 print(json.dumps({

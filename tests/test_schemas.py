@@ -29,11 +29,9 @@ from tests.helpers.runs import SynthSuite, build_run
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "reports" / "example"  # the README's first command, committed
 OLD_RUN = REPO / "tests" / "fixtures" / "schema1_run_bf16_vs_fp8kv"  # a real run with a schema 1 manifest
-REGENERATE = "regenerated at the end of session 13"
-COMMITTED = [  # every committed run folder re-renders byte for byte; the example once it is regenerated
-    pytest.param(run, marks=pytest.mark.xfail(strict=True, reason=REGENERATE)) if run == EXAMPLE else run
-    for run in sorted(p.parent for p in (REPO / "reports").glob("*/manifest.json"))
-]
+COMMITTED = sorted(
+    p.parent for p in (REPO / "reports").glob("*/manifest.json")
+)  # each re-renders byte for byte
 SCHEMAS = REPO / "docs" / "schemas"
 
 
@@ -92,7 +90,6 @@ def _first_command() -> list[str]:
     return shlex.split(block[block.index("&& evalgate compare ") + len("&& evalgate ") :])
 
 
-@pytest.mark.xfail(strict=True, reason=REGENERATE)
 def test_the_committed_example_is_what_the_first_command_writes_today() -> None:
     from evalgate.cli.compare import request_from_args
 
@@ -108,7 +105,7 @@ def test_the_committed_example_is_what_the_first_command_writes_today() -> None:
 
 
 def test_the_first_command_is_read_from_the_readme() -> None:
-    """Guards the xfail above: while it fails by design, a misread command must still fail here."""
+    """The test above reads the README's command: a misread command must fail here."""
     from evalgate.cli.compare import request_from_args
     from evalgate.request import DEFAULT_SUITES
 

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from evalgate.engines.fake import FakeEngine
-from evalgate.gate._rows import check_suite
-from evalgate.gate.verdict import load_run, verdict_for
+from evalgate.gate import check_suite, load_run, verdict_for
 from evalgate.store.facts import READ, RecordExtra
 from evalgate.store.records import Record, RecordStore, pair_records
 from tests.helpers.guards import compare, exam

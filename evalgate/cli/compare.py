@@ -22,7 +22,7 @@ from evalgate.cli._dry_run import dry_run
 from evalgate.cli._flags import add_model_flags, flag_name, typed_values
 from evalgate.config import load_config
 from evalgate.errors import ConfigError, InfraError, invalid_input
-from evalgate.gate.kernel_check import kernel_check_for, kernel_failures
+from evalgate.gate import kernel_check_for, kernel_failures
 from evalgate.lmeval.samples import import_samples
 from evalgate.redact import MASK, redact_url
 from evalgate.report import github, render_run

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from evalgate.gate.kernel_check import installed
+from evalgate.gate import installed
 from evalgate.kernels import FAULTS, KERNEL_NAMES
 
 INSTALL_HINT = "install the kernels extra: pip install 'evalgate[kernels]' (torch and triton)"

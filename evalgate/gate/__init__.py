@@ -3,18 +3,18 @@
 This module is the gate's face: code outside ``evalgate/gate/`` imports from here, never from the
 modules below, which are the gate's own (their leading ``_`` marks them private).
 
-- ``verdict``: the run folder (manifest + records) -> ``RunData`` -> ``Verdict``; the one path for
+- ``_verdict``: the run folder (manifest + records) -> ``RunData`` -> ``Verdict``; the one path for
   ``compare`` and ``report``, so a re-render reproduces the verdict.
 - ``_policy`` reads the run's ``GatePolicy``; ``_rows`` checks each metric and builds its paired
   row; ``_decide`` forms the Holm family (or the intersection-union test of non-inferiority);
   ``_reasons`` puts the decision in words; ``_model`` is verdict.json's schema (``Verdict``).
-- ``agreement``: flips and the flip budget, and unanswered items; ``answers``: what each arm
-  answered (no answer, cut off, identical); ``repeats``: ``--repeats`` and sampled runs;
-  ``drift``: the token-distribution budget rows; ``_flip_drift``, ``_decode_drift``,
+- ``_agreement``: flips and the flip budget, and unanswered items; ``_answers``: what each arm
+  answered (no answer, cut off, identical); ``_repeats``: ``--repeats`` and sampled runs;
+  ``_drift``: the token-distribution budget rows; ``_flip_drift``, ``_decode_drift``,
   ``_drift_budget``, ``_drift_text``: their parts.
 - Notes beside the rows: ``_comparable`` (can the arms be compared at all), ``_what_ran``,
   ``_lengths`` and ``_output_lengths`` (accuracy by length), ``_repeatability``, ``_capacity``,
-  ``_categories``, ``_tiers``, ``_power`` (``plan_power``); ``kernel_check``: the candidate's
+  ``_categories``, ``_tiers``, ``_power`` (``plan_power``); ``_kernel_check``: the candidate's
   kernel numerics before launch.
 
 How to add a gate row: compute it as a pure function of the paired records in a module of its
@@ -25,15 +25,7 @@ let ``_decide`` put it into the Holm family or beside it, and ``_reasons`` say i
 
 from __future__ import annotations
 
-from evalgate.gate._categories import CategoryRow, SuiteCategories
-from evalgate.gate._decide import decide
-from evalgate.gate._flip_drift import FlipDrift
-from evalgate.gate._lengths import LengthRow, LengthTrend, SuiteLengths
-from evalgate.gate._model import VERDICT_SCHEMA, Row, Verdict
-from evalgate.gate._policy import POLICIES, GatePolicy, parse_margin, sequential_rule
-from evalgate.gate._power import PlanRow, plan_power
-from evalgate.gate._rows import METRIC_KINDS, NOT_ESTIMABLE, MetricKind, check_suite, metric_row
-from evalgate.gate.agreement import (
+from evalgate.gate._agreement import (
     DEFAULT_AA_MARGIN,
     DEFAULT_FLIP_BUDGET,
     NOISE_HINT,
@@ -48,8 +40,10 @@ from evalgate.gate.agreement import (
     unanswered,
     unanswered_test,
 )
-from evalgate.gate.answers import ArmAnswers, SuiteAnswers, answers_for, suite_answers
-from evalgate.gate.drift import (
+from evalgate.gate._answers import ArmAnswers, SuiteAnswers, answers_for, suite_answers
+from evalgate.gate._categories import CategoryRow, SuiteCategories
+from evalgate.gate._decide import decide
+from evalgate.gate._drift import (
     DEFAULT_DRIFT_BUDGET,
     DEFAULT_KLD_BUDGET,
     DEFAULT_PPL_MARGIN,
@@ -61,8 +55,14 @@ from evalgate.gate.drift import (
     drift_for,
     parse_drift_budget,
 )
-from evalgate.gate.kernel_check import KERNELS_EXTRA, installed, kernel_check_for, kernel_failures
-from evalgate.gate.verdict import NO_ANSWER_LIMIT, REFERENCE_ERROR_LIMIT, RunData, load_run, verdict_for
+from evalgate.gate._flip_drift import FlipDrift
+from evalgate.gate._kernel_check import KERNELS_EXTRA, installed, kernel_check_for, kernel_failures
+from evalgate.gate._lengths import LengthRow, LengthTrend, SuiteLengths
+from evalgate.gate._model import VERDICT_SCHEMA, Row, Verdict
+from evalgate.gate._policy import POLICIES, GatePolicy, parse_margin, sequential_rule
+from evalgate.gate._power import PlanRow, plan_power
+from evalgate.gate._rows import METRIC_KINDS, NOT_ESTIMABLE, MetricKind, check_suite, metric_row
+from evalgate.gate._verdict import NO_ANSWER_LIMIT, REFERENCE_ERROR_LIMIT, RunData, load_run, verdict_for
 
 __all__ = [
     "DEFAULT_AA_MARGIN",

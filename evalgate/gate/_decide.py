@@ -24,22 +24,22 @@ from dataclasses import replace
 from typing import Any
 
 from evalgate import stats
-from evalgate.gate._drift_text import drift_status
-from evalgate.gate._lengths import LengthTrend, lengths_for, sent_mismatch, trend_status
-from evalgate.gate._model import Row, Verdict
-from evalgate.gate._policy import GatePolicy
-from evalgate.gate._reasons import row_status, verdict_from
-from evalgate.gate._rows import check_suite, error_row, metric_row
-from evalgate.gate._tiers import inconclusive, merge_advisory
-from evalgate.gate.agreement import (
+from evalgate.gate._agreement import (
     DEFAULT_FLIP_BUDGET,
     AgreementRow,
     UnansweredTest,
     agreement_reason,
     agreement_row,
 )
-from evalgate.gate.drift import DriftRow, check_drift, drift_for
-from evalgate.gate.repeats import sampled_agreement_row
+from evalgate.gate._drift import DriftRow, check_drift, drift_for
+from evalgate.gate._drift_text import drift_status
+from evalgate.gate._lengths import LengthTrend, lengths_for, sent_mismatch, trend_status
+from evalgate.gate._model import Row, Verdict
+from evalgate.gate._policy import GatePolicy
+from evalgate.gate._reasons import row_status, verdict_from
+from evalgate.gate._repeats import sampled_agreement_row
+from evalgate.gate._rows import check_suite, error_row, metric_row
+from evalgate.gate._tiers import inconclusive, merge_advisory
 from evalgate.store.records import Pair
 
 __all__ = ["decide"]
@@ -177,7 +177,7 @@ def _problems(
     out = {}
 
     def check(suite: str, metric: str, these: Sequence[Pair], **kw: Any) -> str | None:
-        if kind[suite] == "drift":  # budget rows, not a metric's test (gate/drift.py)
+        if kind[suite] == "drift":  # budget rows, not a metric's test (gate/_drift.py)
             return check_drift(suite, these) or sent_mismatch(suite, these)
         return check_suite(suite, metric, these, kind[suite], **kw) or sent_mismatch(suite, these)
 

@@ -1,5 +1,5 @@
 """What a drift row may show: the KL and perplexity-ratio budgets (``--drift-budget``,
-``[suites.drift]``), re-exported by ``gate/drift.py``."""
+``[suites.drift]``), re-exported by ``gate/_drift.py``."""
 
 from __future__ import annotations
 

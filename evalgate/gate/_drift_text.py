@@ -1,11 +1,11 @@
 """What the drift rows say: each gated row's status and reason once its significance is known,
-the verdict's reason when one blocks, and what a PASS says of them (``gate/drift.py`` builds them)."""
+the verdict's reason when one blocks, and what a PASS says of them (``gate/_drift.py`` builds them)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evalgate.gate.drift import DriftRow, SuiteDrift
+from evalgate.gate._drift import DriftRow, SuiteDrift
 
 __all__ = ["drift_block_reasons", "drift_pass_note", "drift_status"]
 

@@ -12,7 +12,7 @@ from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
 from evalgate import stats
-from evalgate.gate.agreement import _choice_logliks
+from evalgate.gate._agreement import _choice_logliks
 from evalgate.store.records import Pair
 
 __all__ = ["FlipDrift", "flip_drift"]

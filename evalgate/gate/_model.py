@@ -9,15 +9,15 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
+from evalgate.gate._agreement import AgreementRow
+from evalgate.gate._answers import SuiteAnswers
 from evalgate.gate._categories import SuiteCategories
 from evalgate.gate._comparable import Comparability
+from evalgate.gate._drift import SuiteDrift
 from evalgate.gate._flip_drift import FlipDrift
 from evalgate.gate._lengths import SuiteLengths
 from evalgate.gate._output_lengths import OutputLengths
 from evalgate.gate._repeatability import Repeatability
-from evalgate.gate.agreement import AgreementRow
-from evalgate.gate.answers import SuiteAnswers
-from evalgate.gate.drift import SuiteDrift
 from evalgate.store.provenance import WhatRanRow
 
 __all__ = ["EXIT_CODES", "VERDICT_SCHEMA", "Row", "Verdict"]
@@ -100,7 +100,7 @@ class Verdict:
     by category; shown, never gated (gate/_categories.py); written only when there is one."""
     drift: list[SuiteDrift] = field(default_factory=list)
     """Drift suites (metric_kind drift): the KL and perplexity-ratio budget rows, per-token KL
-    quantiles and the KL by position (gate/drift.py); written only when there is one."""
+    quantiles and the KL by position (gate/_drift.py); written only when there is one."""
     flip_drift: list[FlipDrift] = field(default_factory=list)
     """Multiple-choice suites: the choice KL of flipped items beside unflipped ones (does the
     distribution predict the flips?); written only when there is one."""

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, get_args
 
 from evalgate.errors import ConfigError
-from evalgate.gate.agreement import DEFAULT_AA_MARGIN, NOISE_HINT, noise_hint
-from evalgate.gate.drift import DEFAULT_DRIFT_BUDGET, DriftBudget, parse_drift_budget
+from evalgate.gate._agreement import DEFAULT_AA_MARGIN, NOISE_HINT, noise_hint
+from evalgate.gate._drift import DEFAULT_DRIFT_BUDGET, DriftBudget, parse_drift_budget
 from evalgate.request import Policy
 from evalgate.stats.sequential import SequentialRule, rule_for
 
@@ -31,16 +31,16 @@ class GatePolicy:
     power_floor: float = 0.02
     """A passing row whose MDE (at the level its test must reach) exceeds this is UNDERPOWERED."""
     agreement_gate: bool = True
-    """Also test each suite's flip rate against a budget (see evalgate.gate.agreement)."""
+    """Also test each suite's flip rate against a budget (see evalgate.gate._agreement)."""
     flip_budget: float | None = None
     """Tolerated flip rate; None: the A/A rate plus ``aa_margin`` with --aa, else the default."""
     aa_margin: float = DEFAULT_AA_MARGIN
     errors_as_wrong: bool = False
     """Failed items count as wrong, and as unanswered: every suite's agreement row tests them."""
     noise_hint: str = NOISE_HINT
-    """What a flip BLOCK says about the server's own noise (evalgate.gate.agreement.noise_hint)."""
+    """What a flip BLOCK says about the server's own noise (evalgate.gate._agreement.noise_hint)."""
     drift_budget: DriftBudget = DEFAULT_DRIFT_BUDGET
-    """What a drift suite's KL and perplexity ratio may reach (gate/drift.py)."""
+    """What a drift suite's KL and perplexity ratio may reach (gate/_drift.py)."""
     advisory: tuple[str, ...] = ()
     """Suites tested and shown but never gating, decided as a family of their own (gate/_tiers.py)."""
     require_power: bool = False

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from evalgate.gate._agreement import AgreementRow, sampled_excess_phrase
+from evalgate.gate._drift import SuiteDrift
 from evalgate.gate._drift_text import drift_block_reasons, drift_pass_note
 from evalgate.gate._lengths import SuiteLengths, trend_block_reason, trend_pass_note
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 from evalgate.gate._rows import NOT_ESTIMABLE
-from evalgate.gate.agreement import AgreementRow, sampled_excess_phrase
-from evalgate.gate.drift import SuiteDrift
 
 __all__ = ["row_status", "verdict_from"]
 

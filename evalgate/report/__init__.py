@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from evalgate.gate import Verdict
-from evalgate.gate.verdict import RunData, verdict_for
+from evalgate.gate import RunData, Verdict, verdict_for
 from evalgate.report._view import build_view
 from evalgate.report.html import render_html
 from evalgate.report.junit import render_junit

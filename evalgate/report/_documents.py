@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalgate import stats
-from evalgate.gate.drift import UNITS
+from evalgate.gate import UNITS
 from evalgate.report import _format as fmt
 from evalgate.store.records import Pair
 

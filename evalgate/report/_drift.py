@@ -1,7 +1,7 @@
 """The drift panels (verdict.json ``drift``) and the flip-drift table (``flip_drift``) for every renderer.
 
 A drift suite has no answers to flip: its rows are budgets on the token distribution's change
-(gate/drift.py). Each panel holds one suite's rows, the per-token KL quantiles and top-1
+(gate/_drift.py). Each panel holds one suite's rows, the per-token KL quantiles and top-1
 agreement per pair of arms (the candidate, and with ``--aa`` the A/A noise floor), and the chart
 of the mean KL against the scored position. Numbers are formatted here once, so HTML, Markdown,
 JUnit and the terminal agree: KL in nats per token to 3 significant digits, ratios as x1.0123,
@@ -17,8 +17,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from evalgate.gate import Verdict
-from evalgate.gate.drift import DriftRow, SuiteDrift
+from evalgate.gate import DriftRow, SuiteDrift, Verdict
 from evalgate.report import _format as fmt
 from evalgate.report.drift_svg import drift_chart
 

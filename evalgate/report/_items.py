@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgate import stats
-from evalgate.gate.verdict import RunData
+from evalgate.gate import RunData
 from evalgate.report import _format as fmt
 from evalgate.report._documents import DocView, drift_documents
 from evalgate.store.files import entry_exists, read_document

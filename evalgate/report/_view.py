@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgate.gate import NOT_ESTIMABLE, Row, Verdict, parse_margin
-from evalgate.gate.verdict import RunData
+from evalgate.gate import NOT_ESTIMABLE, Row, RunData, Verdict, parse_margin
 from evalgate.redact import MASK, is_secret_key
 from evalgate.report import _format as fmt
 from evalgate.report._categories import CategoryPanel, category_panel

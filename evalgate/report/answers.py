@@ -1,4 +1,4 @@
-"""The "Answers per arm" table (verdict.json's ``answers``, evalgate/gate/answers.py) for every renderer.
+"""The "Answers per arm" table (verdict.json's ``answers``, evalgate/gate/_answers.py) for every renderer.
 
 One row per (generation suite, arm): pass@1 (avg of k), pass@k and majority@k when sampled, the
 no-answer and truncated rates, reasoning tokens when the server separated them, and the share of

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from markupsafe import Markup, escape
 
-from evalgate.gate.drift import SuiteDrift
+from evalgate.gate import SuiteDrift
 from evalgate.report._plot import series
 
 __all__ = ["drift_chart", "nice_top"]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalgate.errors import ConfigError
-from evalgate.gate.verdict import RunData
+from evalgate.gate import RunData
 from evalgate.report._documents import document_numbers
 from evalgate.store.files import read_document
 from evalgate.store.records import Pair
@@ -176,7 +176,7 @@ class RunFrames:
             rows += [{"kind": "length", **where, **r} for r in s["rows"]]
             if s.get("trend"):
                 rows.append({"kind": "longest length", **where, **s["trend"]})
-        for s in doc.get("drift", []):  # drift suites (gate/drift.py)
+        for s in doc.get("drift", []):  # drift suites (gate/_drift.py)
             for r in s["rows"]:
                 quantiles = (s.get("quantiles") or {}).get(r["pair"], {}) if r["measure"] == "kld" else {}
                 rows.append({"kind": "drift", **r, **quantiles})

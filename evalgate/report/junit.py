@@ -69,7 +69,7 @@ def render_junit(view: RunView) -> str:
             ET.SubElement(case, "failure", message=clean(t.reason), type="evalgate.block").text = summary
         else:
             ET.SubElement(case, "system-out").text = f"{summary}\n{clean(t.reason)}"
-    for drift in view.drift:  # a drift suite's gated budget rows (gate/drift.py)
+    for drift in view.drift:  # a drift suite's gated budget rows (gate/_drift.py)
         for d in drift.gated:
             case = ET.SubElement(
                 suite_el, "testcase", classname=f"evalgate.{drift.suite}",

@@ -70,7 +70,7 @@ def print_verdict(verdict: Verdict, console: Console, *, run_dir: str = "") -> N
                 a.status.upper(),
             )  # fmt: skip
         console.print(agree)
-    if verdict.drift:  # drift suites' budget rows (gate/drift.py), then their per-token KL quantiles
+    if verdict.drift:  # drift suites' budget rows (gate/_drift.py), then their per-token KL quantiles
         console.print(_drift(verdict))
         for d in verdict.drift:
             for row in quantile_rows(d):

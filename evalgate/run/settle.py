@@ -23,8 +23,7 @@ from evalgate.config import EvalgateConfig
 from evalgate.engines import ENGINES, Engine, get_engine, require_input_files
 from evalgate.engines.attach import ExternalEngine, require_two_servers
 from evalgate.errors import ConfigError
-from evalgate.gate import GatePolicy
-from evalgate.gate.agreement import DEFAULT_FLIP_BUDGET
+from evalgate.gate import DEFAULT_FLIP_BUDGET, GatePolicy
 from evalgate.request import CompareRequest
 from evalgate.stats.sequential import shuffled
 from evalgate.store.manifest import Manifest, load_manifest

@@ -16,7 +16,7 @@ from evalgate.stats import _checks as check
 __all__ = ["DEFAULT_FLIP_BUDGET", "BinomTestResult", "choice_kl", "flip_budget_test", "top1_agree"]
 
 DEFAULT_FLIP_BUDGET = 0.05
-"""The flip rate tolerated without an A/A run: a product decision, explained in ``evalgate.gate.agreement``
+"""The flip rate tolerated without an A/A run: a product decision, explained in ``evalgate.gate._agreement``
 and shared by the fixed-n agreement gate and the sequential rule."""
 
 

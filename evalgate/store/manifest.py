@@ -128,7 +128,7 @@ class SuiteInfo(_Part):
         "binary",
         description="binary: every metric 0 or 1 per item (McNemar); continuous: a graded metric such as "
         "F1 (paired sign-flip test, bootstrap interval); drift: per-document log-likelihoods (and top-k "
-        "distributions) gated by budgets on the KL divergence and the perplexity ratio (gate/drift.py).",
+        "distributions) gated by budgets on the KL divergence and the perplexity ratio (gate/_drift.py).",
     )
     private: bool = False
     source: str = Field("", description="Where the items came from, and the suite's settings.")
@@ -206,7 +206,7 @@ class Manifest(BaseModel):
         "(the CPU engine's wait policy from the load before launch).",
     )
     kernel_check: dict[str, Any] | list[dict[str, Any]] | None = Field(
-        None, description="The candidate's kernel numerics check (evalgate.gate.kernel_check)."
+        None, description="The candidate's kernel numerics check (evalgate.gate._kernel_check)."
     )
     throughput: dict[str, Any] | None = Field(
         None, description="--with-throughput: the run's throughput.json document (ThroughputDoc)."

@@ -115,7 +115,7 @@ class Suite(Protocol):
     and a suite's own fixed requests cannot, so ``--repeats`` refuses the suite."""
     metric_kind: Literal["binary", "continuous", "drift"] = "binary"
     """How the gate tests the primary metric: McNemar for 0/1, a sign-flip test for a graded one;
-    drift: no difference test at all, the token-distribution budget rows (``gate/drift.py``)."""
+    drift: no difference test at all, the token-distribution budget rows (``gate/_drift.py``)."""
     settings: BaseModel | None = None
     """The suite's own options (``[suites.<name>]``, ``--suite-opt``); None: it takes none."""
     needs_tool_parser: bool = False

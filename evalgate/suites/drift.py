@@ -3,7 +3,7 @@
 Accuracy sees a numerics change only when it flips answers, which at a few dozen items it rarely
 does provably. The token distribution sees it at every position: the same documents are forced
 through both arms and, per position, each arm's log-probability of the token that is there and
-its top-k alternatives are recorded. The gate (``evalgate.gate.drift``) pairs the documents and
+its top-k alternatives are recorded. The gate (``evalgate.gate._drift``) pairs the documents and
 turns them into the mean per-token KL divergence from the baseline, the share of positions whose
 most likely token agrees, and the perplexity ratio, each tested against a budget: these differ
 between any two numerics, so the question is whether the drift is provably small, not whether

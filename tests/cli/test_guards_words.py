@@ -21,7 +21,7 @@ from evalgate.engines.fake import FakeEngine
 from evalgate.engines.llamacpp import diagnose
 from evalgate.engines.llamacpp._scorer import UPGRADE_ATTACHED, read_forced_logprobs, upgrade_hint
 from evalgate.errors import InvalidResponse
-from evalgate.gate.kernel_check import kernel_check_for
+from evalgate.gate import kernel_check_for
 from evalgate.report import github, render_run
 from evalgate.report._format import BIDI, clean
 from evalgate.report.terminal import print_verdict
@@ -179,7 +179,7 @@ def test_skip_kernel_check_is_recorded_and_a_resume_keeps_it(
 def test_a_skipped_kernel_check_names_the_extra_that_brings_torch_and_triton(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("evalgate.gate.kernel_check.installed", lambda module: module == "numpy")
+    monkeypatch.setattr("evalgate.gate._kernel_check.installed", lambda module: module == "numpy")
     check = kernel_check_for(parse_variant("fp8kv"))
     assert check is not None and check["kernels"] == ["fp8_kv"]
     assert check["skipped"].startswith("torch, triton not installed; the [kernels] extra brings torch")

@@ -14,7 +14,7 @@ from evalgate.engines.fake import FakeEngine
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.engines.llamacpp._engine import describe_gguf_launch
 from evalgate.engines.sglang import SGLangEngine
-from evalgate.gate.verdict import _baseline_precision
+from evalgate.gate._verdict import _baseline_precision
 from evalgate.store.manifest import LaunchInfo, Manifest
 from evalgate.variants import LaunchSpec
 

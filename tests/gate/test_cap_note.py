@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from evalgate.gate import Verdict
-from evalgate.gate.answers import ArmAnswers, SuiteAnswers
-from evalgate.gate.verdict import TRUNCATION_NOTE, _cut_by_the_cap
+from evalgate.gate import ArmAnswers, SuiteAnswers, Verdict
+from evalgate.gate._verdict import TRUNCATION_NOTE, _cut_by_the_cap
 
 
 def _verdict(base: float, cand: float) -> Verdict:

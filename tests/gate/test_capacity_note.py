@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evalgate.gate.verdict import load_run, verdict_for
+from evalgate.gate import load_run, verdict_for
 from tests.helpers.runs import SynthSuite, build_run
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from evalgate.gate.verdict import load_run, verdict_for
+from evalgate.gate import load_run, verdict_for
 from evalgate.report.terminal import print_verdict
 from tests.helpers.runs import SynthSuite, build_run
 

@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 
 from evalgate.errors import ConfigError
-from evalgate.gate import GatePolicy, decide
-from evalgate.gate.drift import DEFAULT_KLD_BUDGET, DEFAULT_PPL_MARGIN, DriftBudget, parse_drift_budget
+from evalgate.gate import (
+    DEFAULT_KLD_BUDGET,
+    DEFAULT_PPL_MARGIN,
+    DriftBudget,
+    GatePolicy,
+    decide,
+    parse_drift_budget,
+)
 from evalgate.store.records import Pair, Record
 
 VOCAB = 64

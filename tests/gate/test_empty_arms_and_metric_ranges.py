@@ -19,9 +19,8 @@ import pytest
 
 from evalgate.cli import main
 from evalgate.engines.fake import FakeEngine
-from evalgate.gate import GatePolicy, decide
+from evalgate.gate import NO_ANSWER_LIMIT, GatePolicy, decide
 from evalgate.gate._rows import METRIC_RANGES, metric_range
-from evalgate.gate.verdict import NO_ANSWER_LIMIT
 from evalgate.store.records import Pair, Record
 
 N = 8

@@ -25,8 +25,7 @@ from evalgate.cli import main
 from evalgate.engines._scoring import LOGPROB_TOLERANCE, check_chat, completion_result
 from evalgate.engines.llamacpp._scorer import read_forced_logprobs
 from evalgate.errors import InvalidResponse
-from evalgate.gate import GatePolicy, decide
-from evalgate.gate.agreement import unanswered
+from evalgate.gate import GatePolicy, decide, unanswered
 from evalgate.run.loop import ITEM_TRIES
 from evalgate.store.records import Pair, Record, RecordStore
 from tests.helpers.background import serving

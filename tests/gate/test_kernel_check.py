@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalgate.gate.kernel_check import kernel_check_for, kernel_failures
-from evalgate.gate.verdict import RunData, verdict_for
+from evalgate.gate import RunData, kernel_check_for, kernel_failures, verdict_for
 from evalgate.variants import parse_variant
 from tests.helpers.runs import SynthSuite, build_run
 

@@ -11,7 +11,7 @@ import pytest
 
 from evalgate import stats
 from evalgate.gate import GatePolicy, decide
-from evalgate.gate.repeats import item_means
+from evalgate.gate._repeats import item_means
 from evalgate.store.records import Pair, Record
 
 NI = {"policy": "non-inferiority"}

@@ -160,7 +160,7 @@ def test_sampling_without_repeats_takes_the_aa_arms_flips_as_the_reference(
 def test_pass_at_k_and_majority_on_known_records() -> None:
     """Two items, 3 repeats. Item a: baseline right 1 of 3 with the majority answer wrong; the
     candidate right 2 of 3. Item b: both arms wrong every time."""
-    from evalgate.gate.repeats import item_means, repeat_summary
+    from evalgate.gate._repeats import item_means, repeat_summary
     from evalgate.store.records import Pair, Record
 
     def rec(arm: str, item: str, r: int, answer: str, right: float) -> Record:

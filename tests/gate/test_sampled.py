@@ -14,9 +14,8 @@ import pytest
 
 from evalgate import stats
 from evalgate.cli import main
-from evalgate.gate import GatePolicy, decide
-from evalgate.gate.agreement import unanswered, unanswered_test
-from evalgate.gate.repeats import item_means, outcome_matrix, sampled_agreement_row
+from evalgate.gate import GatePolicy, decide, unanswered, unanswered_test
+from evalgate.gate._repeats import item_means, outcome_matrix, sampled_agreement_row
 from evalgate.store.records import Pair, Record, RecordStore
 from tests.helpers.background import serving
 from tests.helpers.hostile_server import Hostile, hostile_app
@@ -447,7 +446,7 @@ def test_answer_rates_per_arm_on_known_records() -> None:
     """Two items x 2 repeats. Baseline: right 3 of 4, one empty answer, reasoning 10/20/30/40
     tokens. Candidate: right 1 of 4, one cut at the cap and one without an extractable answer,
     no reasoning recorded. The table leaves out reasoning only when no arm has it."""
-    from evalgate.gate.answers import suite_answers
+    from evalgate.gate import suite_answers
     from evalgate.report.answers import answers_table
 
     def rec(arm: str, item: str, r: int, right: float, reasoning: int | None, **extra: object) -> Record:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from evalgate.cli import main
-from evalgate.gate.verdict import load_run, verdict_for
+from evalgate.gate import load_run, verdict_for
 from evalgate.lmeval.model import _rolling
 from evalgate.lmeval.samples import import_samples
 from evalgate.request import CompareRequest
@@ -217,7 +217,7 @@ def test_rolling_windows_score_every_token_once_as_lm_eval_does(n: int) -> None:
 
 
 def test_the_verdicts_perplexity_ratio_is_lm_evals_own_ratio(tmp_path: Path) -> None:
-    """The gate's drift rows for the imported pair (gate/drift.py, the lead's): the estimate of
+    """The gate's drift rows for the imported pair (gate/_drift.py, the lead's): the estimate of
     the per-word and the per-byte perplexity ratio is lm-eval's candidate/baseline aggregate."""
     verdict = verdict_for(load_run(_import(tmp_path)))
     (drift,) = verdict.drift

@@ -164,13 +164,14 @@ def test_load_run_pairs_on_the_committed_example() -> None:
     pairs = run.pairs()
     assert list(pairs.columns) == list(PAIR_COLUMNS)
     assert len(pairs) == sum(s["n"] for s in manifest["suites"].values())
-    assert set(pairs["direction"]) <= {"same", "regression", "improvement"}
-    assert (pairs["flipped"] == (pairs["baseline"] != pairs["candidate"])).all()
+    assert set(pairs["direction"]) <= {"same", "regression", "improvement", "drift"}
+    scored = pairs[pairs["direction"] != "drift"]  # drift documents pair log-likelihoods, not scores
+    assert (scored["flipped"] == (scored["baseline"] != scored["candidate"])).all()
     items = run.items()
     assert list(items.columns[: len(ITEM_COLUMNS)]) == list(ITEM_COLUMNS)
     assert len(items) == 2 * len(pairs)
     verdict = run.verdict()
-    assert set(verdict["kind"]) == {"accuracy", "agreement"}
+    assert {"accuracy", "agreement"} <= set(verdict["kind"])
     assert verdict.attrs["verdict"] == json.loads((EXAMPLE / "verdict.json").read_text())["verdict"]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import html5lib
 from rich.console import Console
 
-from evalgate.gate.verdict import RunData, verdict_for
+from evalgate.gate import RunData, verdict_for
 from evalgate.report import render_run
 from evalgate.report.html import _sha256
 from evalgate.report.terminal import print_verdict

@@ -25,8 +25,7 @@ from rich.console import Console
 
 import evalgate
 from evalgate.cli import main
-from evalgate.gate import GatePolicy, Verdict, decide
-from evalgate.gate.drift import SuiteDrift
+from evalgate.gate import GatePolicy, SuiteDrift, Verdict, decide
 from evalgate.report import render_run
 from evalgate.report._documents import document_view
 from evalgate.report._drift import drift_panels, drift_value

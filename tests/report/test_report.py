@@ -16,7 +16,7 @@ import html5lib
 import pytest
 
 from evalgate.cli import main
-from evalgate.gate.verdict import RunData, verdict_for
+from evalgate.gate import RunData, verdict_for
 from evalgate.report import OUTPUTS, render_run
 from evalgate.report._view import build_view
 from evalgate.report.markdown import LIMIT

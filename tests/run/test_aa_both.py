@@ -14,7 +14,7 @@ import pytest
 from evalgate.arms import AA_PAD
 from evalgate.cli import main
 from evalgate.engines.fake import FakeEngine
-from evalgate.gate.verdict import load_run, verdict_for
+from evalgate.gate import load_run, verdict_for
 from evalgate.request import CompareRequest
 from evalgate.store.manifest import load_manifest
 from tests.helpers.exams import yes_exam

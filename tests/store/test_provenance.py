@@ -21,7 +21,7 @@ from evalgate.store.provenance import (
     what_ran,
 )
 
-OLD_RUN = Path(__file__).resolve().parents[2] / "reports" / "example"
+OLD_RUN = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "schema1_run_bf16_vs_fp8kv"
 
 
 def test_rows_mark_differences_and_never_an_unreported_fact() -> None:

@@ -10,20 +10,20 @@ from typing import Any
 
 from evalgate.arms import compared_ids, repeat_ids
 from evalgate.errors import EvalgateError
+from evalgate.gate._agreement import no_answer
+from evalgate.gate._answers import answers_for
 from evalgate.gate._capacity import capacity_note
 from evalgate.gate._categories import categories_for
 from evalgate.gate._comparable import comparability
 from evalgate.gate._decide import decide
 from evalgate.gate._flip_drift import flip_drift
+from evalgate.gate._kernel_check import kernel_failures
 from evalgate.gate._model import Verdict
 from evalgate.gate._output_lengths import output_lengths_for
 from evalgate.gate._policy import GatePolicy, sequential_rule
 from evalgate.gate._repeatability import noisier_note, repeatability_for
+from evalgate.gate._repeats import item_means, repeat_summary
 from evalgate.gate._what_ran import baseline_fp8_note, what_ran_for
-from evalgate.gate.agreement import no_answer
-from evalgate.gate.answers import answers_for
-from evalgate.gate.kernel_check import kernel_failures
-from evalgate.gate.repeats import item_means, repeat_summary
 from evalgate.stats.sequential import outcomes, summary_note
 from evalgate.store.drift_records import record_check
 from evalgate.store.manifest import Manifest, load_manifest

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from evalgate import stats
-from evalgate.gate.agreement import AgreementRow, SampledAgreement, agreement_row
+from evalgate.gate._agreement import AgreementRow, SampledAgreement, agreement_row
 from evalgate.store.records import Pair, Record
 
 __all__ = [

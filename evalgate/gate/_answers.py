@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
-from evalgate.gate.agreement import no_answer as answered_nothing
-from evalgate.gate.repeats import repeat_summary
+from evalgate.gate._agreement import no_answer as answered_nothing
+from evalgate.gate._repeats import repeat_summary
 from evalgate.store.records import Pair, Record
 
 __all__ = ["ArmAnswers", "SuiteAnswers", "answers_for", "arm_answers", "suite_answers"]
