@@ -38,8 +38,10 @@ def what_ran_for(m: Manifest) -> tuple[list[WhatRanRow], list[str]]:
     variant = m.variants.get("candidate")
     fp8_asked = (variant is not None and variant.kv == "fp8") or any(is_fp8(args.get(f)) for f in KV_FLAGS)
     info = m.arms.get("candidate")
-    scales = (info.server.kv_scales if info is not None else None) or {}
-    given = any(f in args for f in SCALE_FLAGS) or bool(scales.get("file") or scales.get("k_scale"))
+    scales = info.server.kv_scales if info is not None else None
+    given = any(f in args for f in SCALE_FLAGS) or (
+        scales is not None and bool(scales.file or scales.k_scale)
+    )
     warnings = fallbacks(b, c, fp8_kv_asked=fp8_asked, scales_given=given)
     declared = declared_differences(list(m.request.allow_diff), _sides(m))
     return what_ran(b, c), warnings + ([declared] if declared else [])

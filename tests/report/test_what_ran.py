@@ -181,3 +181,17 @@ def test_a_launched_gpu_pair_refuses_an_undeclared_difference(engine: Any, flag:
         require_only_quantization(two, one)
     assert flag in refused.value.render()
     require_only_quantization(two, one, allow=[flag])  # declared: allowed
+
+
+def test_scales_recorded_as_given_and_reported_as_one_are_a_fallback(
+    tmp_path: Path, data_dir: Path, use: Any
+) -> None:
+    """The scales file an FP8 arm was given is a typed fact (``KvScales``) read by field."""
+    use(Reporting({"baseline": F16, "candidate": Q8.model_copy(update={"kv_scales": "1.0"})}))
+    _, out = compare(tmp_path, data_dir, "--candidate", "fp8kv")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["arms"]["candidate"]["server"]["kv_scales"] = {"file": "/ckpt/kv_scales.json", "scale": "1.0"}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    main(["report", str(out)])
+    warnings = json.loads((out / "verdict.json").read_text())["warnings"]
+    assert "fallback: KV scales were given to the candidate but its server reports scales of 1.0" in warnings
