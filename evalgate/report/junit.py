@@ -27,65 +27,52 @@ def _durations(facts: list[FactRow]) -> dict[str, float]:
     return out
 
 
+def _case(
+    parent: ET.Element, suite: str, name: str, seconds: float, summary: str, status: str, reason: str
+) -> int:
+    """One gated row's testcase: a <failure> when it blocks, else its reason in <system-out>; returns 1 on a failure."""
+    case = ET.SubElement(parent, "testcase", classname=f"evalgate.{suite}", name=name, time=f"{seconds:.2f}")
+    if status == "block":
+        ET.SubElement(case, "failure", message=reason, type="evalgate.block").text = summary
+        return 1
+    ET.SubElement(case, "system-out").text = f"{summary}\n{reason}"
+    return 0
+
+
 def render_junit(view: RunView) -> str:
     durations = _durations(view.facts)
     suite_el = ET.Element("testsuite", name=clean(f"evalgate.{view.run_id}"))
     failures = errors = 0
     for r in view.rows:
         seconds = durations.get(r.suite, 0.0) if r.primary else 0.0
-        case = ET.SubElement(
-            suite_el,
-            "testcase",
-            classname=f"evalgate.{r.suite}",
-            name=r.metric + ("" if r.primary else " (info)"),
-            time=f"{seconds:.2f}",
-        )
+        name = r.metric + ("" if r.primary else " (info)")
         summary = (
             f"{r.suite} {r.metric}: n={r.n} baseline={r.baseline} candidate={r.candidate} "
             f"delta={r.delta} CI={r.ci} p={r.p} p_holm={r.p_adjusted} flips={r.flips} "
             f"n10/n01={r.n10}/{r.n01} MDE={r.mde} status={r.status}"
         )
-        if r.status == "block":
-            failures += 1
-            fail = ET.SubElement(case, "failure", message=r.reason, type="evalgate.block")
-            fail.text = summary
-        else:
-            ET.SubElement(case, "system-out").text = f"{summary}\n{r.reason}"
+        failures += _case(suite_el, r.suite, name, seconds, summary, r.status, r.reason)
     for panel in view.lengths:  # a long-context suite's gated row: the longest length
         t = panel.trend
         if t is None or not t.gated:
             continue
-        case = ET.SubElement(
-            suite_el, "testcase", classname=f"evalgate.{panel.suite}",
-            name=f"{panel.metric} at {t.context_length} tokens (longest length)", time="0.00",
-        )  # fmt: skip
+        name = f"{panel.metric} at {t.context_length} tokens (longest length)"
         summary = (
             f"{panel.suite} {panel.metric} at {t.context_length} tokens: n={t.n} baseline={t.baseline:.3f} "
             f"candidate={t.candidate:.3f} n10/n01={t.n10}/{t.n01} p={t.p_value:.3g} "
             f"p_holm={pvalue(t.p_adjusted)} status={t.status}"
         )
-        if t.status == "block":
-            failures += 1
-            ET.SubElement(case, "failure", message=clean(t.reason), type="evalgate.block").text = summary
-        else:
-            ET.SubElement(case, "system-out").text = f"{summary}\n{clean(t.reason)}"
+        failures += _case(suite_el, panel.suite, name, 0.0, summary, t.status, clean(t.reason))
     for drift in view.drift:  # a drift suite's gated budget rows (gate/_drift.py)
         for d in drift.gated:
-            case = ET.SubElement(
-                suite_el, "testcase", classname=f"evalgate.{drift.suite}",
-                name=f"{drift_label(d)} within budget", time="0.00",
-            )  # fmt: skip
             summary = (
                 f"{drift.suite} {drift_label(d)}: n={d.n} documents ({d.units} {d.unit}) "
                 f"estimate={drift_value(d.measure, d.estimate)} lower={drift_value(d.measure, d.lower)} "
                 f"upper={drift_value(d.measure, d.upper)} budget={drift_value(d.measure, d.budget)} "
                 f"p={d.p_value:.3g} p_holm={pvalue(d.p_adjusted)} status={d.status}"
             )
-            if d.status == "block":
-                failures += 1
-                ET.SubElement(case, "failure", message=clean(d.reason), type="evalgate.block").text = summary
-            else:
-                ET.SubElement(case, "system-out").text = f"{summary}\n{clean(d.reason)}"
+            name = f"{drift_label(d)} within budget"
+            failures += _case(suite_el, drift.suite, name, 0.0, summary, d.status, clean(d.reason))
     if view.verdict == "INCONCLUSIVE":  # --require-power: a PASS too weak to ship on
         failures += 1
         case = ET.SubElement(suite_el, "testcase", classname="evalgate", name="verdict", time="0.00")

@@ -31,25 +31,15 @@ def records(run: Path, suite: str, arm: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in (run / "items" / f"{suite}.{arm}.jsonl").read_text().splitlines()]
 
 
+def aa_arc_easy(data_dir: Path, run: Path) -> list[str]:
+    """``compare`` of bf16 against itself on 30 arc_easy items, written to ``run``."""
+    return ["compare", "--baseline", "bf16", "--candidate", "bf16", "--suites", "arc_easy", "--limit", "30",
+            "--data-dir", str(data_dir), "--out", str(run)]  # fmt: skip
+
+
 def test_aa_pair_passes_with_zero_flips(data_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "aa"
-    code = main(
-        [
-            "compare",
-            "--baseline",
-            "bf16",
-            "--candidate",
-            "bf16",
-            "--suites",
-            "arc_easy",
-            "--limit",
-            "30",
-            "--data-dir",
-            str(data_dir),
-            "--out",
-            str(run),
-        ]
-    )
+    code = main(aa_arc_easy(data_dir, run))
     assert code == 0
     verdict = json.loads((run / "verdict.json").read_text())
     row = next(r for r in verdict["suites"] if r["suite"] == "arc_easy" and r["primary"])
@@ -101,24 +91,8 @@ def test_generation_suite_runs_on_both_arms(data_dir: Path, tmp_path: Path) -> N
 
 def test_killed_candidate_exits_3_keeps_records_and_leaves_no_server(data_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "kill"
-    cmd = [
-        sys.executable,
-        "-m",
-        "evalgate",
-        "compare",
-        "--baseline",
-        "bf16",
-        "--candidate",
-        "bf16",
-        "--suites",
-        "arc_easy",
-        "--limit",
-        "30",  # 25 candidate items left when the test kills it after 5: a window of many seconds
-        "--data-dir",
-        str(data_dir),
-        "--out",
-        str(run),
-    ]
+    # 25 candidate items left when the test kills it after 5: a window of many seconds
+    cmd = [sys.executable, "-m", "evalgate", *aa_arc_easy(data_dir, run)]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
     )

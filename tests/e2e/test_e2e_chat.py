@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from evalgate.cli import main
 from evalgate.engines import ServerHandle
 from tests.conftest import needs_models
 from tests.e2e.test_e2e import records
-from tests.e2e.test_e2e_sglang_shim import SHIM
+from tests.e2e.test_e2e_sglang_shim import shim_config
 
 pytestmark = [pytest.mark.e2e, needs_models]
 
@@ -52,16 +51,7 @@ def test_chat_suites_on_the_sglang_engine_pass_sglangs_request_model(
     """--engine sglang over tests/helpers/sglang_shim.py, which answers 400 to any request SGLang 0.5.23's
     own ChatCompletionRequest refuses: the chat payloads (seed, stop, chat_template_kwargs, ARC's
     prefill sent with continue_final_message) pass, and every item is a graded chat answer."""
-    up = upstream  # the llama-server test_e2e_sglang_shim.py uses too (tests/e2e/conftest.py)
-    checkpoint = tmp_path / "SmolLM2-135M-Instruct"
-    checkpoint.mkdir()
-    (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    shim = [sys.executable, str(SHIM), "--upstream", up.base_url, "--upstream-key", up.api_key]
-    config = tmp_path / "evalgate.toml"
-    config.write_text(
-        f"[sglang]\nmodel_path = {json.dumps(str(checkpoint))}\nlaunch_command = {json.dumps(shim)}\n"
-        "ready_timeout_s = 60\nconcurrency = 4\n"
-    )
+    config = shim_config(upstream, tmp_path)  # the llama-server test_e2e_sglang_shim.py uses too
     run = tmp_path / "run"
     code = main(["compare", "--engine", "sglang", "--config", str(config), "--baseline", "bf16",
                  "--candidate", "fp8kv", "--suites", "arc_easy,gsm8k", "--chat", "--thinking", "on",

@@ -37,13 +37,37 @@ ITEMS = (  # (context, choices): ARC-style, with the trailing-space split lm-eva
 )
 
 
-def sglang_engine(upstream: ServerHandle, tmp_path: Path) -> SGLangEngine:
-    checkpoint = tmp_path / "SmolLM2-135M-Instruct"  # the HF twin of the GGUF, as far as flags go
+def shim_checkpoint(upstream: ServerHandle, tmp_path: Path) -> tuple[Path, list[str]]:
+    """A checkpoint folder (the HF twin of the GGUF, as far as flags go) and the command that serves it
+    through the shim in front of ``upstream``."""
+    checkpoint = tmp_path / "SmolLM2-135M-Instruct"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    shim = (sys.executable, str(SHIM), "--upstream", upstream.base_url, "--upstream-key", upstream.api_key)
+    return checkpoint, [
+        sys.executable,
+        str(SHIM),
+        "--upstream",
+        upstream.base_url,
+        "--upstream-key",
+        upstream.api_key,
+    ]
+
+
+def shim_config(upstream: ServerHandle, tmp_path: Path) -> Path:
+    """An evalgate.toml whose [sglang] section launches the shim, for ``compare --engine sglang``."""
+    checkpoint, shim = shim_checkpoint(upstream, tmp_path)
+    config = tmp_path / "evalgate.toml"
+    config.write_text(
+        f"[sglang]\nmodel_path = {json.dumps(str(checkpoint))}\nlaunch_command = {json.dumps(shim)}\n"
+        "ready_timeout_s = 60\nconcurrency = 4\n"
+    )
+    return config
+
+
+def sglang_engine(upstream: ServerHandle, tmp_path: Path) -> SGLangEngine:
+    checkpoint, shim = shim_checkpoint(upstream, tmp_path)
     settings = SGLangConfig(
-        model_path=str(checkpoint), launch_command=shim, ready_timeout_s=60, concurrency=4, gpus="0"
+        model_path=str(checkpoint), launch_command=tuple(shim), ready_timeout_s=60, concurrency=4, gpus="0"
     )
     return SGLangEngine(settings)
 
@@ -143,15 +167,7 @@ def test_compare_runs_end_to_end_on_the_sglang_engine(
     suites, batched /generate loglikelihood, generation, records, verdict) over the shim."""
     from evalgate.cli import main
 
-    checkpoint = tmp_path / "SmolLM2-135M-Instruct"
-    checkpoint.mkdir()
-    (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    shim = [sys.executable, str(SHIM), "--upstream", upstream.base_url, "--upstream-key", upstream.api_key]
-    config = tmp_path / "evalgate.toml"
-    config.write_text(
-        f"[sglang]\nmodel_path = {json.dumps(str(checkpoint))}\nlaunch_command = {json.dumps(shim)}\n"
-        "ready_timeout_s = 60\nconcurrency = 4\n"
-    )
+    config = shim_config(upstream, tmp_path)
     run = tmp_path / "run"
     code = main(["compare", "--engine", "sglang", "--config", str(config), "--baseline", "bf16",
                  "--candidate", "fp8kv", "--suites", "arc_easy,gsm8k", "--limit", "6", "--max-gen-tokens", "48",
