@@ -20,7 +20,7 @@ Only each suite's primary metric can block; the other metrics are reported with 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from evalgate import stats
@@ -47,6 +47,26 @@ __all__ = ["decide"]
 PerSuite = Mapping[str, tuple[Sequence[str], Sequence[Pair]]]
 
 
+@dataclass(frozen=True)
+class _Family:
+    """What one Holm family is decided on (the arguments of ``decide``, described in ``_decide_family``)."""
+
+    per_suite: PerSuite
+    aa_pairs: Mapping[str, Sequence[Pair]] | None = None
+    sequential: Mapping[str, Any] | None = None
+    kinds: Mapping[str, str] | None = None
+    sampled: Mapping[str, Sequence[Pair]] | None = None
+
+    def only(self, names: Sequence[str]) -> _Family:
+        """The same inputs restricted to the suites in ``names``."""
+
+        def pick(m: Mapping[str, Any] | None) -> Any:
+            return None if m is None else {s: v for s, v in m.items() if s in names}
+
+        return _Family(pick(self.per_suite), pick(self.aa_pairs), pick(self.sequential), pick(self.kinds),
+                       pick(self.sampled))  # fmt: skip
+
+
 def decide(
     per_suite: PerSuite,
     *,
@@ -59,40 +79,23 @@ def decide(
     """The blocking suites' verdict, the advisory suites (``policy.advisory``) decided as a family
     of their own and shown beside it, never gating; under ``policy.require_power`` a PASS with an
     UNDERPOWERED blocking row is INCONCLUSIVE (gate/_tiers.py). The arguments: ``_decide_family``."""
+    every = _Family(per_suite, aa_pairs, sequential, kinds, sampled)
     advisory = [s for s in per_suite if s in policy.advisory]
     if not advisory:
-        verdict = _decide_family(
-            per_suite, policy=policy, aa_pairs=aa_pairs, sequential=sequential, kinds=kinds, sampled=sampled
-        )
+        verdict = _decide_family(every, policy=policy)
         return inconclusive(verdict) if policy.require_power else verdict
-
-    def part(names: Sequence[str]) -> dict[str, Any]:
-        def pick(m: Mapping[str, Any] | None) -> Any:
-            return None if m is None else {s: v for s, v in m.items() if s in names}
-
-        return {"per_suite": pick(per_suite), "aa_pairs": pick(aa_pairs), "sequential": pick(sequential),
-                "kinds": pick(kinds), "sampled": pick(sampled)}  # fmt: skip
-
     blocking = [s for s in per_suite if s not in advisory]
     if blocking:
-        main = _decide_family(policy=policy, **part(blocking))
+        main = _decide_family(every.only(blocking), policy=policy)
     else:
         main = Verdict(
             "ERROR", policy.alpha, policy.policy, "every suite is advisory: no blocking suite gates"
         )
-    verdict = merge_advisory(main, _decide_family(policy=policy, **part(advisory)), order=list(per_suite))
+    verdict = merge_advisory(main, _decide_family(every.only(advisory), policy=policy), order=list(per_suite))
     return inconclusive(verdict) if policy.require_power else verdict
 
 
-def _decide_family(
-    per_suite: PerSuite,
-    *,
-    policy: GatePolicy,
-    aa_pairs: Mapping[str, Sequence[Pair]] | None = None,
-    sequential: Mapping[str, Any] | None = None,
-    kinds: Mapping[str, str] | None = None,
-    sampled: Mapping[str, Sequence[Pair]] | None = None,
-) -> Verdict:
+def _decide_family(family: _Family, *, policy: GatePolicy) -> Verdict:
     """One Holm family's verdict. ``per_suite``: suite -> (metrics with the primary first, its pairs); ``aa_pairs``: suite ->
     baseline-vs-baseline pairs from ``--aa``; ``sequential``: suite -> SequentialOutcome, whose
     always-valid p-value replaces McNemar's for the primary row (McNemar's p is not valid after
@@ -101,6 +104,8 @@ def _decide_family(
     row tests the excess over the arms' own repeat-to-repeat disagreement. ERROR (exit 3) when
     there is nothing to judge: no suites, a suite without paired
     items, a primary metric missing or non-finite on any item, an arm that failed every item."""
+    per_suite, aa_pairs, sequential = family.per_suite, family.aa_pairs, family.sequential
+    kinds, sampled = family.kinds, family.sampled
     if not per_suite:
         return Verdict("ERROR", policy.alpha, policy.policy, "no suites to compare: the family is empty")
     kind = {s: (kinds or {}).get(s, "binary") for s in per_suite}
