@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from markupsafe import Markup, escape
 
 from evalgate.gate import SuiteDrift
-from evalgate.report._plot import series
+from evalgate.report._plot import chart_head, legend, series, title_id
 
 __all__ = ["drift_chart", "nice_top"]
 
@@ -64,13 +64,11 @@ def drift_chart(section: SuiteDrift, *, budget: float | None = None) -> Markup:
     def py(value: float) -> float:
         return _Y1 - (_Y1 - _Y0) * max(0.0, min(1.0, value / top))
 
-    title_id = "drift-title-" + "".join(c if c.isalnum() else "-" for c in section.suite.lower())[:40]
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="drift" viewBox="0 0 {_W} {_H}" width="{_W}" '
-        f'height="{_H}" role="img" aria-labelledby="{escape(title_id)}" font-size="12" fill="#1f2328">',
-        f'<title id="{escape(title_id)}">{escape(section.suite)}: mean KL(baseline ‖ candidate) per token, '
-        "in nats, against the scored position</title>",
-    ]
+    tid = title_id("drift-title-", section.suite)
+    out = chart_head(
+        "drift", tid, f"{escape(section.suite)}: mean KL(baseline ‖ candidate) per token, in nats, against the "
+        "scored position", width=_W, height=_H,
+    )  # fmt: skip
     for k in range(5):
         y = py(top * k / 4)
         out.append(f'<line x1="{_X0}" y1="{y:.1f}" x2="{_X1}" y2="{y:.1f}" stroke="#eaeef2" />')
@@ -97,7 +95,7 @@ def drift_chart(section: SuiteDrift, *, budget: float | None = None) -> Markup:
             )
     for _, name, color, dash, values in series:
         out += _series(starts, values, name, color, dash, px, py)
-    out += _legend([(name, color, dash) for _, name, color, dash, _ in series])
+    out += legend([(name, color, dash) for _, name, color, dash, _ in series], x=_X1 + 40, y0=_Y0)
     out.append(
         f'<text x="{(_X0 + _X1) / 2:.1f}" y="{_Y1 + 40}" text-anchor="middle">'
         "scored position (first position of each bucket)</text>"
@@ -129,15 +127,3 @@ def _series(
         dash=dash,
         radius=3.5,
     )
-
-
-def _legend(entries: Sequence[tuple[str, str, str]]) -> list[str]:
-    out = []
-    for j, (name, color, dash) in enumerate(entries):
-        y = _Y0 + 10 + 22 * j
-        style = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(
-            f'<line x1="{_X1 + 40}" y1="{y}" x2="{_X1 + 64}" y2="{y}" stroke="{color}" stroke-width="2"{style} />'
-        )
-        out.append(f'<text x="{_X1 + 70}" y="{y + 4}">{escape(name)}</text>')
-    return out

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from markupsafe import Markup, escape
 
 from evalgate.gate import LengthRow, SuiteLengths
-from evalgate.report._plot import series
+from evalgate.report._plot import chart_head, legend, series, title_id
 
 __all__ = ["length_label", "lengths_chart"]
 
@@ -58,13 +58,11 @@ def lengths_chart(section: SuiteLengths, *, arms: Sequence[str] = ("baseline", "
         return _Y1 - (_Y1 - _Y0) * min(1.0, frac / top)
 
     flip_top = _flip_top([r.flip_rate for r in rows])
-    title_id = "lengths-title-" + "".join(c if c.isalnum() else "-" for c in section.suite.lower())[:40]
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="lengths" viewBox="0 0 {_W} {_H}" width="{_W}" '
-        f'height="{_H}" role="img" aria-labelledby="{escape(title_id)}" font-size="12" fill="#1f2328">',
-        f'<title id="{escape(title_id)}">{escape(section.suite)}: {escape(section.metric)} per arm and the '
-        "flip rate against context length in tokens (log2 scale)</title>",
-    ]
+    tid = title_id("lengths-title-", section.suite)
+    out = chart_head(
+        "lengths", tid, f"{escape(section.suite)}: {escape(section.metric)} per arm and the flip rate against "
+        "context length in tokens (log2 scale)", width=_W, height=_H,
+    )  # fmt: skip
     for k in range(5):  # accuracy grid: 0, 25, 50, 75, 100 %; flip axis at the same heights
         y = py(k / 4)
         out.append(f'<line x1="{_X0}" y1="{y:.1f}" x2="{_X1}" y2="{y:.1f}" stroke="#eaeef2" />')
@@ -127,14 +125,8 @@ def _series(
 
 
 def _legend(arms: Sequence[str]) -> list[str]:
-    out = []
-    for j, ((_, color, dash), name) in enumerate(zip(_ARMS, arms, strict=True)):
-        y = _Y0 + 10 + 22 * j
-        style = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(
-            f'<line x1="{_X1 + 56}" y1="{y}" x2="{_X1 + 80}" y2="{y}" stroke="{color}" stroke-width="2"{style} />'
-        )
-        out.append(f'<text x="{_X1 + 86}" y="{y + 4}">{escape(name[:9])}</text>')
+    entries = [(name[:9], color, dash) for (_, color, dash), name in zip(_ARMS, arms, strict=True)]
+    out = legend(entries, x=_X1 + 56, y0=_Y0)
     y = _Y0 + 54
     out.append(
         f'<rect x="{_X1 + 56}" y="{y - 6}" width="24" height="10" fill="{_FLIP}" fill-opacity="0.25" '

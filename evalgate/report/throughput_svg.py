@@ -15,6 +15,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from evalgate.report._format import clean
+from evalgate.report._plot import chart_head, legend
 
 __all__ = ["capacity_table", "level_table", "settings_note", "throughput_chart"]
 
@@ -156,12 +157,8 @@ def throughput_chart(doc: Mapping[str, Any]) -> Markup:
     def py(v: float) -> float:
         return _Y1 - (_Y1 - _Y0) * (v / top)
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="throughput" viewBox="0 0 {_W} {_H}" width="{_W}" '
-        f'height="{_H}" role="img" aria-labelledby="throughput-title" font-size="12" fill="#1f2328">',
-        '<title id="throughput-title">Output tokens per second against concurrency, baseline and candidate'
-        "</title>",
-    ]
+    title = "Output tokens per second against concurrency, baseline and candidate"
+    out = chart_head("throughput", "throughput-title", title, width=_W, height=_H)
     k = 0
     while k * step <= top + 1e-9:
         y = py(k * step)
@@ -178,13 +175,9 @@ def throughput_chart(doc: Mapping[str, Any]) -> Markup:
     out.append(f'<line x1="{_X0}" y1="{_Y1}" x2="{_X1}" y2="{_Y1}" stroke="#57606a" />')
     for arm, color, dash in _ARMS:
         out += _series(levels, arm, color, dash, px, py)
-    for j, (arm, color, dash) in enumerate(_ARMS):
-        y = _Y0 + 10 + 22 * j
-        style = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(
-            f'<line x1="{_X1 + 16}" y1="{y}" x2="{_X1 + 40}" y2="{y}" stroke="{color}" stroke-width="2"{style} />'
-        )
-        out.append(f'<text x="{_X1 + 46}" y="{y + 4}">{escape(_arm_label(doc, arm)[:22])}</text>')
+    out += legend(
+        [(_arm_label(doc, arm)[:22], color, dash) for arm, color, dash in _ARMS], x=_X1 + 16, y0=_Y0
+    )
     if any(lv.get(f"{arm}_status") == "limit" for lv in levels for arm, _, _ in _ARMS):
         out.append(f'<text x="{_X1 + 16}" y="{_Y0 + 64}" fill="#cf222e">× capacity limit</text>')
     out.append(
