@@ -16,13 +16,13 @@ import math
 import re
 import xml.etree.ElementTree as ET
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment
 from pydantic import BaseModel
 
 from evalgate.engines.api import NoCacheIsolation
+from evalgate.report.html import new_environment
 from evalgate.store.probe_report import PROBE_SCHEMA
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
 EXIT_CODES = {"PASS": 0, "BLOCK": 1, "NO_ISOLATION": 2, "ERROR": 3, "UNDERPOWERED": 3}
 """As compare's: 0 PASS, 1 BLOCK; 2 the server has no salt or cold request to test (a setting,
 not a finding); 3 no verdict (a blind probe, or too few probes): rerun, never read as a pass."""
-TEMPLATES = Path(__file__).resolve().parent.parent / "report" / "templates"
 
 TITLES = {"cache_isolation": "cache isolation", "warm_cold": "warm/cold answers"}
 ICONS = {"PASS": "✅", "BLOCK": "❌", "NO_ISOLATION": "⚠️", "ERROR": "⚠️", "UNDERPOWERED": "⚠️"}
@@ -184,14 +183,7 @@ def _md(text: str) -> str:
 
 @cache
 def _environment() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(str(TEMPLATES)),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
+    env = new_environment()
     env.filters["shown"] = shown
     return env
 

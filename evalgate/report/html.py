@@ -26,8 +26,9 @@ __all__ = ["render_html"]
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-@cache
-def environment() -> Environment:
+def new_environment() -> Environment:
+    """A fresh Jinja environment over the report templates (autoescaped, strict); the probe's page
+    adds its own filter to one (probe/report.py)."""
     return Environment(
         loader=FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
@@ -36,6 +37,11 @@ def environment() -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
+
+
+@cache
+def environment() -> Environment:
+    return new_environment()
 
 
 def _source(name: str) -> str:

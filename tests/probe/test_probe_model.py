@@ -19,7 +19,8 @@ from evalgate.config import EvalgateConfig
 from evalgate.engines import ENGINES, registered_engine
 from evalgate.errors import ConfigError
 from evalgate.probe import ProbeReport, ProbeSettings, WarmColdSettings, run_cache_probe, summary_md
-from evalgate.probe.report import TEMPLATES, probe_html
+from evalgate.probe.report import probe_html
+from evalgate.report.html import TEMPLATES
 from evalgate.run.settle import settle_one, with_deterministic
 from evalgate.schemas import json_schema
 from evalgate.store.probe_report import check_report
