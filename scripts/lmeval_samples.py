@@ -31,7 +31,7 @@ from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.store.manifest import load_manifest
 from evalgate.suites import SuiteOptions, default_registry
 from evalgate.suites._lmeval import LmEvalSuite, Member, lm_eval_task_dir, lmeval_tasks
-from evalgate.variants import parse_variant
+from evalgate.variants import LaunchSpec, parse_variant
 
 
 def _members(tasks: list[str]) -> dict[str, tuple[LmEvalSuite, Member]]:
@@ -72,6 +72,22 @@ def sample_indices(run: Path, tasks: list[str], data_dir: Path | None) -> dict[s
     return out
 
 
+def run_lmeval(
+    engine: LlamaCppEngine, spec: LaunchSpec, variant: str, tmp: str, tasks: str, out: Path, extra: list[str]
+) -> int:
+    """Launch ``spec`` and run lm-eval's CLI with evalgate's model against it (the tasks' yaml under
+    ``tmp``, samples logged to ``out``); lm-eval's exit code. make_rolling_fixture.py uses it too."""
+    with engine.launch(spec, LaunchSlot(variant, Path(tmp) / "logs")) as handle:
+        cmd = [
+            sys.executable, "-m", "evalgate.lmeval", "run", "--model", "evalgate",
+            "--model_args", f"base_url={handle.base_url},concurrency={engine.slots}",
+            "--tasks", tasks, "--include_path", tmp, "--log_samples", "--output_path", str(out), *extra,
+        ]  # fmt: skip
+        print("+", " ".join(cmd), flush=True)
+        env = {**os.environ, "EVALGATE_API_KEY": handle.api_key, "HF_DATASETS_OFFLINE": "1"}
+        return subprocess.run(cmd, env=env, check=False).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", required=True, help="bf16, fp8kv, int4, ... (as evalgate compare)")
@@ -96,16 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.limit
             else []
         )
-        with engine.launch(spec, LaunchSlot(args.variant, Path(tmp) / "logs")) as handle:
-            cmd = [
-                sys.executable, "-m", "evalgate.lmeval", "run", "--model", "evalgate",
-                "--model_args", f"base_url={handle.base_url},concurrency={engine.slots}",
-                "--tasks", ",".join(tasks), "--include_path", tmp, "--log_samples",
-                "--output_path", str(args.out), *select,
-            ]  # fmt: skip
-            print("+", " ".join(cmd), flush=True)
-            env = {**os.environ, "EVALGATE_API_KEY": handle.api_key, "HF_DATASETS_OFFLINE": "1"}
-            return subprocess.run(cmd, env=env, check=False).returncode
+        return run_lmeval(engine, spec, args.variant, tmp, ",".join(tasks), args.out, select)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import lm_eval
 
 from evalgate.config import LlamaCppConfig
-from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.variants import parse_variant
+from scripts.lmeval_samples import run_lmeval
 
 TASK = "rolling_gsm8k"
 WIKITEXT_YAML = Path(lm_eval.__file__).parent / "tasks" / "wikitext" / "wikitext.yaml"
@@ -77,16 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = engine.launch_spec(parse_variant(args.variant))
     with tempfile.TemporaryDirectory() as tmp:
         write_task(Path(tmp), args.data_dir, args.docs)
-        with engine.launch(spec, LaunchSlot(args.variant, Path(tmp) / "logs")) as handle:
-            cmd = [
-                sys.executable, "-m", "evalgate.lmeval", "run", "--model", "evalgate",
-                "--model_args", f"base_url={handle.base_url},concurrency={engine.slots}",
-                "--tasks", TASK, "--include_path", tmp, "--log_samples",
-                "--output_path", str(args.out),
-            ]  # fmt: skip
-            print("+", " ".join(cmd), flush=True)
-            env = {**os.environ, "EVALGATE_API_KEY": handle.api_key, "HF_DATASETS_OFFLINE": "1"}
-            return subprocess.run(cmd, env=env, check=False).returncode
+        return run_lmeval(engine, spec, args.variant, tmp, TASK, args.out, [])
 
 
 if __name__ == "__main__":
