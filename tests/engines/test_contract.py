@@ -26,6 +26,7 @@ from evalgate.engines.api import Generation, LaunchSlot
 from evalgate.engines.api import __file__ as API_FILE
 from evalgate.engines.fake import FakeEngine
 from evalgate.engines.gateway import GatewayEngine
+from tests.helpers.ast_probes import named, probe_calls
 
 PACKAGE = Path(evalgate.__file__).resolve().parent
 ENGINES_DIR = PACKAGE / "engines"
@@ -197,14 +198,6 @@ RECEIVERS = ("engine", "scorer", "handle", "through", "worker", "inner")
 """A receiver whose name holds one of these is an engine, a scorer or a server handle."""
 
 
-def _named(node: ast.AST) -> str:
-    while isinstance(node, ast.Subscript):
-        node = node.value
-    if isinstance(node, ast.Name):
-        return node.id.lower()
-    return node.attr.lower() if isinstance(node, ast.Attribute) else ""
-
-
 def probes(source: str) -> list[str]:
     """``getattr(``/``hasattr(`` on an engine, scorer or handle (by the receiver's name), or of a
     declared call or capability by name, with line numbers."""
@@ -213,16 +206,16 @@ def probes(source: str) -> list[str]:
         | set(SCORER_CALLS)
         | {"routed", "probe", "http", "resume", "cache_prompt", "workers"}
     )
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2):
-            continue
-        if node.func.id in ("getattr", "hasattr"):
-            receiver, attr = _named(node.args[0]), node.args[1]
-            named = isinstance(attr, ast.Constant) and attr.value in declared
-            if named or any(r in receiver for r in RECEIVERS):
-                found.append(f"{node.lineno}: {ast.unparse(node)}")
-    return found
+
+    def counts(func: str, node: ast.Call) -> bool:
+        if func not in ("getattr", "hasattr"):
+            return False
+        receiver, attr = named(node.args[0]), node.args[1]
+        return (isinstance(attr, ast.Constant) and attr.value in declared) or any(
+            r in receiver for r in RECEIVERS
+        )
+
+    return probe_calls(source, counts)
 
 
 def test_nothing_probes_an_engine_or_a_scorer() -> None:

@@ -18,6 +18,7 @@ import evalgate
 import evalgate.suites
 from evalgate.errors import ConfigError
 from evalgate.suites import Suite, SuiteOptions, configure, default_registry
+from tests.helpers.ast_probes import named, probe_calls
 
 PACKAGE = Path(evalgate.__file__).resolve().parent
 SUITES = PACKAGE / "suites"
@@ -36,32 +37,22 @@ def concrete_suites() -> set[str]:
     return names
 
 
-def _named(node: ast.AST) -> str:
-    """The last name of ``x``, ``a.b.x`` or ``x[...]``, lower-cased ('' for anything else)."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
-    if isinstance(node, ast.Name):
-        return node.id.lower()
-    return node.attr.lower() if isinstance(node, ast.Attribute) else ""
-
-
 def probes(source: str, classes: set[str]) -> list[str]:
     """``getattr(`` on a suite (a receiver named s/suite/...suite..., or an optional fact by
     name) and ``isinstance``/``issubclass`` against a concrete suite class, with line numbers."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2):
-            continue
-        if node.func.id in ("getattr", "hasattr"):
-            receiver, attr = _named(node.args[0]), node.args[1]
+    lowered = {c.lower() for c in classes}
+
+    def counts(func: str, node: ast.Call) -> bool:
+        if func in ("getattr", "hasattr"):
+            receiver, attr = named(node.args[0]), node.args[1]
             fact = isinstance(attr, ast.Constant) and attr.value in FACTS
-            if receiver == "s" or "suite" in receiver or fact:
-                found.append(f"{node.lineno}: {ast.unparse(node)}")
-        elif node.func.id in ("isinstance", "issubclass"):
+            return receiver == "s" or "suite" in receiver or fact
+        if func in ("isinstance", "issubclass"):
             kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
-            if any((_named(k) or "") in {c.lower() for c in classes} for k in kinds):
-                found.append(f"{node.lineno}: {ast.unparse(node)}")
-    return found
+            return any((named(k) or "") in lowered for k in kinds)
+        return False
+
+    return probe_calls(source, counts)
 
 
 def test_nothing_outside_suites_probes_a_suite() -> None:
