@@ -61,24 +61,37 @@ def test_the_excess_is_unbiased_for_the_squared_difference_of_per_item_chances(
     assert expected == pytest.approx((pb - pc) ** 2)
 
 
-def test_the_exchange_p_value_enumerates_every_arm_swap_on_a_tiny_case() -> None:
-    """Two items, three repeats, three differing repeat pairs: 8 swap patterns, each swapped data
-    set's D - (S + C) / 2 counted by brute force."""
-    x = np.array([[1, 1, 0], [1, 0, 1]], dtype=float)
-    y = np.array([[0, 0, 0], [1, 1, 1]], dtype=float)
-    observed = stats.sampled_excess_test(x, y, margin=0.0, rng=_rng())
+def _excess(x: np.ndarray, y: np.ndarray) -> float:
+    """D - (S + C) / 2 by brute force."""
     cross, sx, sy = _brute(x, y)
-    stat = cross - (sx + sy) / 2
-    differ = [(i, r) for i in range(2) for r in range(3) if x[i, r] != y[i, r]]
+    return cross - (sx + sy) / 2
+
+
+def _swap_hits(
+    x: np.ndarray, y: np.ndarray, statistic: Callable[[np.ndarray, np.ndarray], float]
+) -> tuple[float, int, int]:
+    """The observed statistic, how many of the arm swaps of each differing (item, repeat) reach it,
+    and how many differ: the exact exchange p-value is hits / 2 ** differ."""
+    stat = statistic(x, y)
+    differ = [(i, r) for i in range(x.shape[0]) for r in range(x.shape[1]) if x[i, r] != y[i, r]]
     hits = 0
     for swap in itertools.product((False, True), repeat=len(differ)):
         u, v = x.copy(), y.copy()
         for (i, r), s in zip(differ, swap, strict=True):
             if s:
                 u[i, r], v[i, r] = y[i, r], x[i, r]
-        c2, s2, t2 = _brute(u, v)
-        hits += c2 - (s2 + t2) / 2 >= stat - 1e-12
-    assert len(differ) == 3 and observed.method == "exact"
+        hits += statistic(u, v) >= stat - 1e-12
+    return stat, hits, len(differ)
+
+
+def test_the_exchange_p_value_enumerates_every_arm_swap_on_a_tiny_case() -> None:
+    """Two items, three repeats, three differing repeat pairs: 8 swap patterns, each swapped data
+    set's D - (S + C) / 2 counted by brute force."""
+    x = np.array([[1, 1, 0], [1, 0, 1]], dtype=float)
+    y = np.array([[0, 0, 0], [1, 1, 1]], dtype=float)
+    observed = stats.sampled_excess_test(x, y, margin=0.0, rng=_rng())
+    stat, hits, differ = _swap_hits(x, y, _excess)
+    assert differ == 3 and observed.method == "exact"
     assert observed.p_exchange == pytest.approx(hits / 8) and 0 < hits < 8
     assert observed.estimate == pytest.approx(stat)
 
@@ -172,16 +185,8 @@ def test_the_regression_exchange_p_value_enumerates_every_arm_swap() -> None:
     x = np.array([[1, 1, 0], [1, 0, 1]], dtype=float)
     y = np.array([[0, 0, 1], [1, 1, 1]], dtype=float)
     observed = stats.sampled_excess_test(x, y, margin=0.0, regressions=True, rng=_rng())
-    stat = _split_brute(x, y)
-    differ = [(i, r) for i in range(2) for r in range(3) if x[i, r] != y[i, r]]
-    hits = 0
-    for swap in itertools.product((False, True), repeat=len(differ)):
-        u, v = x.copy(), y.copy()
-        for (i, r), s in zip(differ, swap, strict=True):
-            if s:
-                u[i, r], v[i, r] = y[i, r], x[i, r]
-        hits += _split_brute(u, v) >= stat - 1e-12
-    assert len(differ) == 4 and observed.method == "exact" and observed.estimate == pytest.approx(stat)
+    stat, hits, differ = _swap_hits(x, y, _split_brute)
+    assert differ == 4 and observed.method == "exact" and observed.estimate == pytest.approx(stat)
     assert observed.p_exchange == pytest.approx(hits / 16) and 0 < hits < 16
 
 
