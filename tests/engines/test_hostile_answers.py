@@ -10,7 +10,6 @@ Driven through ``evalgate compare`` in attach mode against the hostile llama-ser
 from __future__ import annotations
 
 import asyncio
-import json
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from evalgate.engines.vllm._scorer import VLLMScorer
 from evalgate.errors import ConfigError, InvalidResponse
 from evalgate.store.records import RecordStore
 from tests.helpers.background import serving
+from tests.helpers.exams import number_exam
 from tests.helpers.hostile_server import Hostile, hostile_app
 
 Stub = Callable[..., Hostile]
@@ -60,12 +60,7 @@ def records(out: Path, suite: str, arm: str) -> list[Any]:
 
 
 def exam(folder: Path, answer: str, n: int = 3) -> str:
-    folder.mkdir()
-    rows = [
-        {"id": f"q{i}", "prompt": f"Is {i} a number?", "answer": answer, "grader": "exact"} for i in range(n)
-    ]
-    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return f"private:{folder}"
+    return number_exam(folder, answer, n)
 
 
 # -- 1. a redirect is never followed ---------------------------------------------------------------

@@ -29,6 +29,7 @@ from evalgate.gate import GatePolicy, decide, unanswered
 from evalgate.run.loop import ITEM_TRIES
 from evalgate.store.records import Pair, Record, RecordStore
 from tests.helpers.background import serving
+from tests.helpers.exams import number_exam
 from tests.helpers.hostile_server import SCRIPT, Hostile, hostile_app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,12 +44,7 @@ def stub() -> Iterator[Stub]:
 
 
 def exam(folder: Path, answer: str, n: int = 12) -> str:
-    folder.mkdir()
-    rows = [
-        {"id": f"q{i}", "prompt": f"Is {i} a number?", "answer": answer, "grader": "exact"} for i in range(n)
-    ]
-    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return f"private:{folder}"
+    return number_exam(folder, answer, n)
 
 
 def compare(base: Hostile, cand: Hostile, out: Path, capsys: Any, *flags: str) -> tuple[int, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["yes_exam"]
+__all__ = ["number_exam", "yes_exam"]
 
 
 def yes_exam(folder: Path, n: int) -> Path:
@@ -15,3 +15,14 @@ def yes_exam(folder: Path, n: int) -> Path:
     rows = [{"id": f"q{i}", "prompt": f"q{i}", "answer": "yes", "grader": "exact"} for i in range(n)]
     (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
+
+
+def number_exam(folder: Path, answer: str, n: int) -> str:
+    """``folder`` as an exam of ``n`` items "Is i a number?" whose right answer is ``answer`` (exact
+    grader); the --suites value that names it."""
+    folder.mkdir()
+    rows = [
+        {"id": f"q{i}", "prompt": f"Is {i} a number?", "answer": answer, "grader": "exact"} for i in range(n)
+    ]
+    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f"private:{folder}"

@@ -7,7 +7,6 @@ a metric logged as a string, and a graded value of +-1e308."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,22 +14,11 @@ from typing import Any
 import pytest
 
 from evalgate.cli import main
+from tests.helpers.samples import edited_samples
 
 LMEVAL = Path(__file__).resolve().parents[1] / "fixtures" / "lmeval"
 ROLLING = LMEVAL / "rolling"
 Change = Callable[[dict[str, Any]], Any]
-
-
-def _edited(tmp_path: Path, src: Path, task: str, change: Change, doc_id: int | None = 5) -> Path:
-    dst = tmp_path / f"edited-{src.name}"
-    shutil.copytree(src, dst)
-    (path,) = dst.rglob(f"samples_{task}_*.jsonl")
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    for r in rows:
-        if doc_id is None or r["doc_id"] == doc_id:
-            change(r)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return dst
 
 
 def _compare(tmp_path: Path, base: Path, cand: Path, *flags: str) -> int:
@@ -74,14 +62,14 @@ def test_a_document_counting_implausibly_many_words_on_both_arms_is_refused(
 ) -> None:
     """The real F16/Q4_0 pair BLOCKs; one document said to count 1e300 words on both arms diluted
     the per-word ratio to a PASS."""
-    base = _edited(tmp_path, ROLLING / "bf16", TASK, change)
-    cand = _edited(tmp_path, ROLLING / "int4", TASK, change)
+    base = edited_samples(tmp_path, ROLLING / "bf16", TASK, change)
+    cand = edited_samples(tmp_path, ROLLING / "int4", TASK, change)
     code = _compare(tmp_path, base, cand)
     _refused(code, capsys.readouterr().err, "baseline", f"{TASK} doc_id 5", says)
 
 
 def test_a_loglik_no_model_can_give_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cand = _edited(tmp_path, ROLLING / "int4", TASK, _all_ll(-1e300))
+    cand = edited_samples(tmp_path, ROLLING / "int4", TASK, _all_ll(-1e300))
     code = _compare(tmp_path, ROLLING / "bf16", cand)
     _refused(code, capsys.readouterr().err, "candidate", f"{TASK} doc_id 5", "-1e+300")
 
@@ -89,8 +77,8 @@ def test_a_loglik_no_model_can_give_is_refused(tmp_path: Path, capsys: pytest.Ca
 def test_every_loglik_zero_on_both_arms_is_refused_not_passed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = _edited(tmp_path, ROLLING / "bf16", TASK, _all_ll(0.0), doc_id=None)
-    cand = _edited(tmp_path, ROLLING / "int4", TASK, _all_ll(0.0), doc_id=None)
+    base = edited_samples(tmp_path, ROLLING / "bf16", TASK, _all_ll(0.0), doc_id=None)
+    cand = edited_samples(tmp_path, ROLLING / "int4", TASK, _all_ll(0.0), doc_id=None)
     code = _compare(tmp_path, base, cand)
     err = capsys.readouterr().err
     assert code == 2 and "every document's loglik is 0" in err and ".jsonl" in err, err
@@ -99,7 +87,7 @@ def test_every_loglik_zero_on_both_arms_is_refused_not_passed(
 def test_a_positive_loglik_is_refused_naming_the_file_and_row(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cand = _edited(tmp_path, ROLLING / "int4", TASK, _all_ll(5.0))
+    cand = edited_samples(tmp_path, ROLLING / "int4", TASK, _all_ll(5.0))
     code = _compare(tmp_path, ROLLING / "bf16", cand)
     _refused(code, capsys.readouterr().err, "candidate", "line 6", "positive loglik")
 
@@ -107,7 +95,9 @@ def test_a_positive_loglik_is_refused_naming_the_file_and_row(
 def test_a_word_count_that_differs_between_the_arms_names_both_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cand = _edited(tmp_path, ROLLING / "int4", TASK, lambda r: r["word_perplexity"].__setitem__(1, 126))
+    cand = edited_samples(
+        tmp_path, ROLLING / "int4", TASK, lambda r: r["word_perplexity"].__setitem__(1, 126)
+    )
     code = _compare(tmp_path, ROLLING / "bf16", cand)
     err = capsys.readouterr().err
     assert code == 2, err
@@ -138,7 +128,7 @@ def _choices(value: str) -> Change:
 def test_a_bad_multiple_choice_sample_is_refused_naming_the_file_and_row(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Change, says: str
 ) -> None:
-    cand = _edited(tmp_path, LMEVAL / "int4", "arc_easy", change)
+    cand = edited_samples(tmp_path, LMEVAL / "int4", "arc_easy", change)
     code = _compare(tmp_path, LMEVAL / "bf16", cand, "--suites", "arc_easy")
     _refused(code, capsys.readouterr().err, "candidate", "arc_easy doc_id 5", "line 6", says)
 

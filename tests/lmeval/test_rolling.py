@@ -24,6 +24,7 @@ from evalgate.lmeval.model import _rolling
 from evalgate.lmeval.samples import import_samples
 from evalgate.request import CompareRequest
 from evalgate.stats import rolling_aggregates
+from tests.helpers.samples import edited_samples
 
 ROLLING = Path(__file__).resolve().parents[1] / "fixtures" / "lmeval" / "rolling"
 BASE, CAND = ROLLING / "bf16", ROLLING / "int4"
@@ -111,18 +112,6 @@ def test_rolling_aggregates_by_hand() -> None:
     assert rolling_aggregates([]) == {}
 
 
-def _edited(tmp_path: Path, change: Callable[[dict[str, Any]], None], doc_id: int | None = 5) -> Path:
-    dst = tmp_path / "edited"
-    shutil.copytree(CAND, dst)
-    (path,) = dst.rglob(f"samples_{TASK}_*.jsonl")
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    for r in rows:
-        if doc_id is None or r["doc_id"] == doc_id:
-            change(r)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # NaN is written as NaN, as lm-eval does
-    return dst
-
-
 def _set(**values: Any) -> Callable[[dict[str, Any]], None]:
     return lambda r: r.update(values)
 
@@ -150,7 +139,7 @@ def _set(**values: Any) -> Callable[[dict[str, Any]], None]:
 def test_a_bad_document_is_refused_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Callable[[dict[str, Any]], None], says: str
 ) -> None:
-    cand = _edited(tmp_path, change)
+    cand = edited_samples(tmp_path, CAND, TASK, change)
     out = tmp_path / "run"
     code = main(
         ["compare", "--baseline-samples", str(BASE), "--candidate-samples", str(cand), "--out", str(out)]
@@ -170,7 +159,7 @@ def test_a_rolling_task_that_logs_no_pairs_is_refused(
         for m in r["metrics"]:
             r[m] = r[m][0]
 
-    cand = _edited(tmp_path, scalars, doc_id=None)
+    cand = edited_samples(tmp_path, CAND, TASK, scalars, doc_id=None)
     out = tmp_path / "run"
     code = main(
         ["compare", "--baseline-samples", str(BASE), "--candidate-samples", str(cand), "--out", str(out)]

@@ -1,0 +1,28 @@
+"""A copy of an lm-eval samples folder with some rows changed, for the import tests that feed
+evalgate values no model logs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["edited_samples"]
+
+
+def edited_samples(
+    tmp_path: Path, src: Path, task: str, change: Callable[[dict[str, Any]], Any], doc_id: int | None = 5
+) -> Path:
+    """``src`` copied to ``tmp_path/edited-<name>`` with ``change`` applied to the row of ``doc_id``
+    (every row when None) of its ``samples_<task>_*.jsonl``; NaN is written as NaN, as lm-eval does."""
+    dst = tmp_path / f"edited-{src.name}"
+    shutil.copytree(src, dst)
+    (path,) = dst.rglob(f"samples_{task}_*.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in rows:
+        if doc_id is None or r["doc_id"] == doc_id:
+            change(r)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return dst
