@@ -5,7 +5,6 @@ layers.N.self_attn.attn.{k,v}_scale" debug lines, no load error); these tests ne
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 import subprocess
@@ -16,15 +15,13 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.modules import load_file
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"{name}_under_test", REPO / "scripts" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(f"{name}_under_test", REPO / "scripts" / f"{name}.py")
 
 
 def read_safetensors(path: Path) -> dict[str, tuple[str, list[int], list[float]]]:

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.modules import load_file
+
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "scripts" / "gpu_smoke.sh"
 CONVERT = REPO / "scripts" / "gguf_to_hf.py"
@@ -112,12 +114,7 @@ def test_convert_without_transformers_says_how_to_install(tmp_path: Path) -> Non
 
 
 def _convert_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gguf_to_hf", CONVERT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gguf_to_hf"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file("gguf_to_hf", CONVERT, register=True)
 
 
 def _smollm2_meta(mod: ModuleType) -> Any:

@@ -10,7 +10,6 @@ CPU venv, so the bit order is checked against their code, not against this scrip
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -21,18 +20,14 @@ import numpy as np
 import pytest
 
 from evalgate.engines.vllm._cpu import default_root, venv_python
+from tests.helpers.modules import load_file
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gguf_to_w4a16.py"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gguf_to_w4a16", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gguf_to_w4a16"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file("gguf_to_w4a16", SCRIPT, register=True)
 
 
 mod = _module()

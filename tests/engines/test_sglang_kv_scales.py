@@ -3,22 +3,19 @@ FP8 KV scales calibrated with evalgate.kernels.fp8_kv, and prints the scale SGLa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
 
+from tests.helpers.modules import load_file
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kv_scales_script", REPO / "scripts" / "kv_scales.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("kv_scales_script", REPO / "scripts" / "kv_scales.py")
 
 
 def test_calibrated_scales_are_amax_times_margin_over_448_in_sglangs_format(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ about a scale (vLLM then runs 1.0 on every layer), the scaled copy says
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 from pathlib import Path
@@ -22,6 +21,7 @@ from evalgate.engines.vllm import VLLMEngine
 from evalgate.engines.vllm._kv_scales import kv_scales_used, read_kv_scales, validate_kv_checkpoint
 from evalgate.errors import ConfigError
 from evalgate.variants import check_only_quantization, parse_variant
+from tests.helpers.modules import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "vllm_kv_scales"
@@ -31,11 +31,7 @@ V = {0: 0.0016, 1: 0.0388, 2: 0.0101}
 
 
 def writer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kv_scales_vllm_t", REPO / "scripts" / "kv_scales_vllm.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("kv_scales_vllm_t", REPO / "scripts" / "kv_scales_vllm.py")
 
 
 def plain_checkpoint(folder: Path) -> Path:

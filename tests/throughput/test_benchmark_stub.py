@@ -9,7 +9,6 @@ protocol drift in either shows up here instead of as a silently wrong benchmark.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
@@ -21,16 +20,13 @@ import pytest
 from evalgate.engines import ServerHandle
 from evalgate.engines.api import Generation
 from evalgate.engines.llamacpp import LlamaCppScorer
+from tests.helpers.modules import load_file
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _stub() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_stub_server", BENCH / "_stub_server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("_stub_server", BENCH / "_stub_server.py")
 
 
 stub = _stub()

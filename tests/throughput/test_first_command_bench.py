@@ -3,25 +3,20 @@ logs with their ``print_timing`` lines) and a fake llama-batched-bench; no serve
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.helpers.modules import load_file
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "first_command.py"
 
 
 @pytest.fixture(scope="module")
 def fc() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("first_command", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["first_command"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_file("first_command", BENCH, register=True)
 
 
 def _stamp(seconds: float) -> str:
