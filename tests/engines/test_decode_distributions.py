@@ -39,6 +39,7 @@ from evalgate.engines.vllm import VLLMScorer
 from evalgate.engines.vllm._decode import decode_payload as vllm_payload
 from evalgate.engines.vllm._decode import read_decoded as vllm_read
 from evalgate.errors import InvalidResponse
+from tests.engines.test_token_distributions import vllm_answer
 from tests.helpers.background import background_apps
 from tests.helpers.decode_proxy import decode_proxy, shift_top
 
@@ -165,19 +166,7 @@ def vllm_result(d: Decoded, prompt: list[int], top_k: int, *, extra: bool = Fals
         "prompt_logprobs": None,
         "prompt_token_ids": list(prompt),
     }
-    usage = {
-        "prompt_tokens": len(prompt),
-        "total_tokens": len(prompt) + len(d.tokens),
-        "completion_tokens": len(d.tokens),
-    }
-    return {
-        "id": "cmpl-1",
-        "object": "text_completion",
-        "created": 1,
-        "model": "m",
-        "choices": [choice],
-        "usage": usage,
-    }
+    return vllm_answer(choice, prompt_tokens=len(prompt), completion_tokens=len(d.tokens))
 
 
 def llama_result(d: Decoded) -> dict[str, Any]:

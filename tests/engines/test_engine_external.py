@@ -33,13 +33,13 @@ from evalgate.engines.attach import (
 from evalgate.errors import ConfigError, PreflightError, ServerStartError
 from evalgate.variants import Variant, parse_variant, require_only_quantization
 from tests.helpers.background import serving
+from tests.helpers.hostile_server import PROPS
 
-LLAMA_PROPS = {
-    "default_generation_settings": {"n_ctx": 4096, "params": {"temperature": 0.8, "top_k": 40}},
+LLAMA_PROPS = {  # the hostile stub's /props (n_ctx 4096, its chat template) under this test's names
+    **PROPS,
     "total_slots": 4,
     "model_alias": "smol",
     "model_path": "/models/smol.F16.gguf",
-    "chat_template": "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}",
     "build_info": "b6000-test",
 }
 SGLANG_INFO = {

@@ -256,7 +256,13 @@ def vllm_completion(body: dict[str, Any]) -> dict[str, Any]:
     ids, k = body["prompt"], body["prompt_logprobs"]
     prompt = [None] + [vllm_position(t, i, k, inside=i % 2 == 0 and k > 1) for i, t in enumerate(ids[1:])]
     choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": "length", "prompt_logprobs": prompt}
-    usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
+    return vllm_answer(choice, prompt_tokens=len(ids), completion_tokens=0)
+
+
+def vllm_answer(choice: dict[str, Any], *, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """vLLM's ``/v1/completions`` answer around one ``choice``, with its usage."""
+    total = prompt_tokens + completion_tokens
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total}
     return {
         "id": "cmpl-1",
         "object": "text_completion",
