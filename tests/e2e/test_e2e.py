@@ -37,6 +37,15 @@ def aa_arc_easy(data_dir: Path, run: Path) -> list[str]:
             "--data-dir", str(data_dir), "--out", str(run)]  # fmt: skip
 
 
+def wait_for_items(proc: subprocess.Popen[str] | subprocess.Popen[bytes], items: Path, n: int = 5) -> None:
+    """Until ``items`` holds ``n`` records, the process ends, or 300 s pass (the caller checks which)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if items.exists() and len(items.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.1)
+
+
 def test_aa_pair_passes_with_zero_flips(data_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "aa"
     code = main(aa_arc_easy(data_dir, run))
@@ -97,11 +106,7 @@ def test_killed_candidate_exits_3_keeps_records_and_leaves_no_server(data_dir: P
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
     )
     cand = run / "items" / "arc_easy.candidate.jsonl"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if cand.exists() and len(cand.read_text().splitlines()) >= 5:
-            break
-        time.sleep(0.2)
+    wait_for_items(proc, cand)
     assert proc.poll() is None, proc.communicate()
     pid = json.loads((run / "manifest.json").read_text())["arms"]["candidate"]["pid"]
     os.kill(pid, signal.SIGKILL)
@@ -161,11 +166,7 @@ def test_sigkill_evalgate_then_resume_equals_uninterrupted_run(
     cmd = [sys.executable, "-m", "evalgate", "compare", *flags, "--out", str(cut)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cand = cut / "items" / "arc_easy.candidate.jsonl"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if cand.exists() and len(cand.read_text().splitlines()) >= 5:
-            break
-        time.sleep(0.1)
+    wait_for_items(proc, cand)
     proc.kill()  # SIGKILL: no cleanup code runs in evalgate
     proc.wait(timeout=30)
     server = json.loads((cut / "manifest.json").read_text())["arms"]["candidate"]["pid"]

@@ -105,6 +105,17 @@ def stalled() -> Iterator[str]:
     sock.close()
 
 
+def assert_no_secret(captured: pytest.CaptureResult[str], out: Path, expected: set[str]) -> None:
+    """The run folder holds at least the ``expected`` files, and no key or marker stands in any file
+    under it nor in what was printed."""
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert expected <= {p.name for p in files}
+    for secret in (*KEYS.values(), *MARKERS):
+        assert secret not in captured.out + captured.err, secret
+        for path in files:
+            assert secret not in path.read_text(errors="replace"), (secret, path)
+
+
 def test_an_echoing_server_leaks_no_key_or_private_text(
     exam: Path, tmp_path: Path, use: Any, echo: str, capsys: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,12 +128,7 @@ def test_an_echoing_server_leaks_no_key_or_private_text(
     records = RecordStore(out).load("private:exam", "baseline")
     assert len(records) == N and all(r.error and "HTTP 500" in r.error for r in records.values())
     assert all(len(r.error or "") < 400 for r in records.values())  # an excerpt, not the body
-    files = [p for p in out.rglob("*") if p.is_file()]
-    assert {"manifest.json", "report.html", "junit.xml", "verdict.json"} <= {p.name for p in files}
-    for secret in (*KEYS.values(), *MARKERS):
-        assert secret not in captured.out + captured.err, secret
-        for path in files:
-            assert secret not in path.read_text(errors="replace"), (secret, path)
+    assert_no_secret(captured, out, {"manifest.json", "report.html", "junit.xml", "verdict.json"})
 
 
 def test_a_stalled_server_fails_the_run_within_its_tries(
@@ -213,9 +219,4 @@ def test_an_attached_server_echoing_secrets_leaks_none(
     captured = capsys.readouterr()
     errors = [r.error for r in RecordStore(out).load("private:exam", "candidate").values()]
     assert len(errors) == N and all(e and "HTTP 500" in e and "Bearer ***" in e for e in errors)
-    files = [p for p in out.rglob("*") if p.is_file()]
-    assert {"manifest.json", "report.html", "junit.xml", "baseline.log"} <= {p.name for p in files}
-    for secret in (*KEYS.values(), *MARKERS):
-        assert secret not in captured.out + captured.err, secret
-        for path in files:
-            assert secret not in path.read_text(errors="replace"), (secret, path)
+    assert_no_secret(captured, out, {"manifest.json", "report.html", "junit.xml", "baseline.log"})
