@@ -127,16 +127,27 @@ def test_one_run_on_both_arms_is_refused_unless_same_server_ok(
 # -- #31 item 6: older layouts --------------------------------------------------------------------
 
 
+def _rewritten(
+    prefix: Path, pattern: str, rewrite: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+) -> list[Path]:
+    """Both arms' fixture folders copied to ``<prefix>-<arm>``, the rows of each samples file
+    matching ``pattern`` passed through ``rewrite``."""
+    out = []
+    for arm in ("bf16", "int4"):
+        dst = prefix.parent / f"{prefix.name}-{arm}"
+        shutil.copytree(LMEVAL / arm, dst)
+        for f in dst.rglob(pattern):
+            rows = [json.loads(line) for line in f.read_text().splitlines()]
+            f.write_text("".join(json.dumps(r) + "\n" for r in rewrite(rows)))
+        out.append(dst)
+    return out
+
+
 def test_lmeval_0_4_2_and_may_2024_layouts_import_as_the_0_4_13_files_do(tmp_path: Path) -> None:
     """The same 5 documents in three layouts give the same records."""
-    modern = []
-    for arm in ("bf16", "int4"):
-        dst = tmp_path / f"modern-{arm}"
-        shutil.copytree(LMEVAL / arm, dst)
-        for f in dst.rglob("samples_*.jsonl"):
-            rows = [json.loads(line) for line in f.read_text().splitlines()]
-            f.write_text("".join(json.dumps(r) + "\n" for r in rows if r["doc_id"] < 5))
-        modern.append(dst)
+    modern = _rewritten(
+        tmp_path / "modern", "samples_*.jsonl", lambda rows: [r for r in rows if r["doc_id"] < 5]
+    )
     runs = {}
     for name, (b, c) in {
         "modern": modern,
@@ -175,18 +186,15 @@ def test_june_2024_json_lines_in_a_json_file_and_0_4_6_rows_import(tmp_path: Pat
         june.append(dst)
     code, out = _compare(tmp_path / "june", *june)
     assert code in (0, 1) and len(_items(out)) == 20
-    rows_046 = []
-    for arm in ("bf16", "int4"):
-        dst = tmp_path / f"046-{arm}"
-        shutil.copytree(LMEVAL / arm, dst)
-        for f in dst.rglob("samples_gsm8k_*.jsonl"):
-            rows = [json.loads(line) for line in f.read_text().splitlines()]
-            order = ["strict-match", "flexible-extract"]
-            rows.sort(key=lambda r: (order.index(r["filter"]), r["doc_id"]))
-            for r in rows:
-                del r["filter"], r["metrics"]
-            f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        rows_046.append(dst)
+
+    def as_046(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        order = ["strict-match", "flexible-extract"]
+        rows.sort(key=lambda r: (order.index(r["filter"]), r["doc_id"]))
+        for r in rows:
+            del r["filter"], r["metrics"]
+        return rows
+
+    rows_046 = _rewritten(tmp_path / "046", "samples_gsm8k_*.jsonl", as_046)
     code_046, out_046 = _compare(tmp_path / "046", *rows_046)
     code_new, out_new = _compare(tmp_path / "new", BASE, CAND)
     assert code_046 == code_new and _items(out_046) == _items(out_new)
