@@ -101,6 +101,11 @@ def test_repeats_above_the_maximum_is_refused_before_planning(
         (["--seed", "-1"], "--seed -1 must be at least 0"),
         (["--max-gen-tokens", "99999999999"], "--max-gen-tokens 99999999999 must be at least 1"),
         (["--alpha", "1e-300"], "--alpha 1e-300 is below 1e-06"),
+        (["--flip-budget", "5"], "--flip-budget 5 is not a rate between 0 and 1"),
+        (["--max-gen-tokens", "-5"], "--max-gen-tokens -5 must be at least 1"),
+        (["--request-timeout", "0"], "--request-timeout 0 must be more than 0"),
+        (["--tries", "0"], "--tries 0 must be at least 1"),
+        (["--deadline", "-1"], "--deadline -1 must be more than 0"),
     ],
 )
 def test_every_numeric_flag_is_finite_and_in_range(

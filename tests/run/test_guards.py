@@ -46,25 +46,6 @@ def test_an_unexpected_exception_is_exit_3_with_its_traceback_saved(
     assert f"traceback: {saved}" in err and "ZeroDivisionError" in saved.read_text()
 
 
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--flip-budget", "5"], "--flip-budget 5 is not a rate between 0 and 1"),
-        (["--max-gen-tokens", "-5"], "--max-gen-tokens -5 must be at least 1"),
-        (["--request-timeout", "0"], "--request-timeout 0 must be more than 0"),
-        (["--tries", "0"], "--tries 0 must be at least 1"),
-        (["--deadline", "-1"], "--deadline -1 must be more than 0"),
-    ],
-)
-def test_bad_values_exit_2_before_any_server(
-    exam: Path, tmp_path: Path, use: Any, capsys: Capture, flags: list[str], message: str
-) -> None:
-    engine = use(FakeEngine())
-    assert compare(tmp_path / "run", exam, *flags) == 2
-    assert message in capsys.readouterr().err
-    assert engine.launched == [] and not (tmp_path / "run").exists()
-
-
 def test_bad_paths_and_files_exit_2(exam: Path, tmp_path: Path, use: Any, capsys: Capture) -> None:
     engine = use(FakeEngine())
     assert compare(tmp_path / "run", exam, "--config", str(tmp_path)) == 2
