@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.cli import main
 from evalgate.cli._dry_run import _masked_env
 from evalgate.engines import sglang
 from evalgate.lmeval.samples import safe_model_args
 from evalgate.redact import MASK, is_secret_key, mask_args, mask_settings
 from evalgate.report import render_run
 from tests.helpers.runs import SynthSuite, build_run
+from tests.helpers.samples import compare_to_bf16
 
 LMEVAL = Path(__file__).resolve().parent / "fixtures" / "lmeval"
 
@@ -113,17 +113,7 @@ def test_an_import_shows_the_tokenizer_of_each_arm(tmp_path: Path) -> None:
     )
     results.write_text(json.dumps(doc))
     out = tmp_path / "run"
-    main(
-        [
-            "compare",
-            "--baseline-samples",
-            str(LMEVAL / "bf16"),
-            "--candidate-samples",
-            str(cand),
-            "--out",
-            str(out),
-        ]
-    )
+    compare_to_bf16(cand, out)
     args = json.loads((out / "manifest.json").read_text())["imported"]["candidate"]["model_args"]
     assert args == f"tokenizer=HuggingFaceTB/other-tok,tokenizer_backend=huggingface,hf_token={MASK}"
     assert "other-tok" in (out / "report.html").read_text(encoding="utf-8")

@@ -9,7 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["edited_samples"]
+from evalgate.cli import main
+
+__all__ = ["LMEVAL", "compare_to_bf16", "edited_samples"]
+
+LMEVAL = Path(__file__).resolve().parents[1] / "fixtures" / "lmeval"
+"""The lm-eval samples fixtures: bf16/ and int4/ (arc_easy and gsm8k), rolling/, wild/."""
 
 
 def edited_samples(
@@ -26,3 +31,9 @@ def edited_samples(
             change(r)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return dst
+
+
+def compare_to_bf16(candidate: Path, out: Path) -> int:
+    """``evalgate compare`` of the bf16 samples fixture against ``candidate``'s samples; its exit code."""
+    return main(["compare", "--baseline-samples", str(LMEVAL / "bf16"), "--candidate-samples", str(candidate),
+                 "--out", str(out)])  # fmt: skip

@@ -22,6 +22,7 @@ from evalgate.report import render_run
 from evalgate.report.terminal import print_verdict
 from evalgate.store.records import RecordStore
 from tests.helpers.runs import SynthSuite, build_run
+from tests.helpers.samples import compare_to_bf16
 
 AGREE = "The arms agree on every item."
 METRICS = ("exact_match,flexible-extract", "exact_match,strict-match")
@@ -144,17 +145,7 @@ def test_an_lmeval_import_prints_its_notes(
     for f in cand.rglob("results_*.json"):
         f.unlink()
     out = tmp_path / "run"
-    code = main(
-        [
-            "compare",
-            "--baseline-samples",
-            str(LMEVAL / "bf16"),
-            "--candidate-samples",
-            str(cand),
-            "--out",
-            str(out),
-        ]
-    )
+    code = compare_to_bf16(cand, out)
     assert code in (0, 1, 3)
     manifest = json.loads((out / "manifest.json").read_text())
     notes = manifest["imported"]["candidate"]["notes"]
