@@ -252,6 +252,20 @@ class LlamaCppScorer(Scorer):
         return dict(await self.http.get("/props"))
 
 
+def _forced_content(data: Any, n: int, server: str, upgrade: str) -> list[Any]:
+    """``logprobs.content`` of a teacher-forced answer, one entry per forced token: fewer or more is
+    an InvalidResponse (a build without token-id grammars answers so; ``upgrade`` is the fix)."""
+    logprobs = first_choice(data, server, "/v1/completions").get("logprobs") or {}
+    content = logprobs.get("content") or []
+    if len(content) != n:
+        raise invalid(
+            server,
+            f"returned {len(content)} logprobs for {n} forced tokens "
+            f"(a llama-server build without token-id grammars does this: {upgrade})",
+        )
+    return content
+
+
 def read_forced_logprobs(
     data: Any, cont: list[int], server: str = "llama-server", *, upgrade: str = UPGRADE_LAUNCHED
 ) -> LogLik:
@@ -259,14 +273,7 @@ def read_forced_logprobs(
     finite logprob <= 0 per forced token, each the token forced, else an InvalidResponse (whose
     fix for a server that ignored the grammar is ``upgrade``)."""
     with parsing(server, "/v1/completions logprobs"):
-        logprobs = first_choice(data, server, "/v1/completions").get("logprobs") or {}
-        content = logprobs.get("content") or []
-        if len(content) != len(cont):
-            raise invalid(
-                server,
-                f"returned {len(content)} logprobs for {len(cont)} forced tokens "
-                f"(a llama-server build without token-id grammars does this: {upgrade})",
-            )
+        content = _forced_content(data, len(cont), server, upgrade)
         total, greedy = 0.0, True
         for want, entry in zip(cont, content, strict=True):
             got = entry.get("id")
@@ -291,14 +298,7 @@ def read_forced_positions(
     build without token-id grammars, or a forced end-of-generation token that stopped it early) or
     anything ``check_positions`` refuses is an InvalidResponse."""
     with parsing(server, "/v1/completions logprobs"):
-        logprobs = first_choice(data, server, "/v1/completions").get("logprobs") or {}
-        content = logprobs.get("content") or []
-        if len(content) != len(forced):
-            raise invalid(
-                server,
-                f"returned {len(content)} logprobs for {len(forced)} forced tokens (a llama-server "
-                f"build without token-id grammars does this: {upgrade})",
-            )
+        content = _forced_content(data, len(forced), server, upgrade)
         answered = [
             (
                 e.get("id"),
