@@ -32,6 +32,7 @@ __all__ = [
     "expectation_errors",
     "fallbacks",
     "is_fp8",
+    "kv_scales_fact",
     "parse_expect",
     "what_ran",
 ]
@@ -131,6 +132,17 @@ def what_ran(baseline: Provenance | None, candidate: Provenance | None) -> list[
 def is_fp8(dtype: str | None) -> bool:
     """An FP8 element type as the engines spell it (fp8_e4m3, float8_e4m3fn, fp8)."""
     return bool(dtype) and str(dtype).lower().replace("float8", "fp8").startswith("fp8")
+
+
+def kv_scales_fact(kv: str | None, said: object, known: tuple[str, ...]) -> str | None:
+    """``Provenance.kv_scales`` of a KV cache of element type ``kv``: "none" for a float cache; for
+    an FP8 one what the engine's scales record ``said`` when it is one of the ``known`` sources,
+    else None (not shown); None when the cache type is unknown."""
+    if kv is None:
+        return None
+    if not is_fp8(kv):
+        return "none"
+    return str(said) if said in known else None
 
 
 _WIDE = ("f16", "bf16", "f32", "float16", "bfloat16", "float32", "half", "float")

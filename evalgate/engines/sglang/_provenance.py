@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from evalgate.store.provenance import Provenance, is_fp8
+from evalgate.store.provenance import Provenance, kv_scales_fact
 
 __all__ = ["sglang_provenance"]
 
@@ -34,12 +34,7 @@ def sglang_provenance(
     pool = _POOL.findall(log)
     flag = args.get("kv_cache_dtype")
     kv = pool[-1] if pool else (str(flag) if flag and flag != "auto" else None)
-    scales = None
-    if kv is not None and is_fp8(kv):
-        said = (kv_scales or {}).get("scale")
-        scales = str(said) if said in ("file", "1.0") else None
-    elif kv is not None:
-        scales = "none"
+    scales = kv_scales_fact(kv, (kv_scales or {}).get("scale"), ("file", "1.0"))
     backend = args.get("attention_backend")
     prefill, decode = args.get("prefill_attention_backend"), args.get("decode_attention_backend")
     if (prefill or decode) and (prefill or backend) != (decode or backend):

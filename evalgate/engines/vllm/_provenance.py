@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from evalgate.store.provenance import Provenance, is_fp8
+from evalgate.store.provenance import Provenance, kv_scales_fact
 
 __all__ = ["vllm_provenance"]
 
@@ -50,12 +50,7 @@ def vllm_provenance(log: str, *, kv_scales: Mapping[str, Any] | None = None) -> 
     kv = fp8[-1] if fp8 else (flag if flag and flag != "auto" else None)
     if kv is None and flag == "auto" and config and method is None:
         kv = dtype  # auto without a quantized checkpoint: the model's dtype
-    scales = None
-    if kv is not None and is_fp8(kv):
-        said = (kv_scales or {}).get("scale")
-        scales = str(said) if said in ("checkpoint", "1.0") else None
-    elif kv is not None:
-        scales = "none"
+    scales = kv_scales_fact(kv, (kv_scales or {}).get("scale"), ("checkpoint", "1.0"))
     attention = [a or b for a, b in _ATTENTION.findall(log)]
     linear = sorted(set(_LINEAR.findall(log)))
     spec = _setting(config, "speculative_config") if config else None
