@@ -51,13 +51,18 @@ def _budget(count: np.ndarray, n: int, budget: float = 0.05) -> np.ndarray:
     return np.where(count == 0, 1.0, np.minimum(1.0, st.binom.sf(count - 1, n, budget)))
 
 
-def _holm_reject(p: np.ndarray) -> np.ndarray:
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p-values of each row of ``p`` (replicates x tests), vectorised (sim_gate.py too)."""
     m = p.shape[1]
     order = np.argsort(p, axis=1, kind="stable")
     stepped = np.maximum.accumulate((m - np.arange(m)) * np.take_along_axis(p, order, axis=1), axis=1)
-    adj = np.empty_like(p)
-    np.put_along_axis(adj, order, np.minimum(stepped, 1.0), axis=1)
-    return adj < ALPHA
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, np.minimum(stepped, 1.0), axis=1)
+    return out
+
+
+def _holm_reject(p: np.ndarray) -> np.ndarray:
+    return holm(p) < ALPHA
 
 
 @functools.cache

@@ -67,16 +67,6 @@ def excess_p(only_c: np.ndarray, only_a: np.ndarray, n: int) -> np.ndarray:
     return np.array([_excess(int(x), int(y), n) for x, y in zip(only_c, only_a, strict=True)])
 
 
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values of each row of ``p`` (replicates x tests)."""
-    m = p.shape[1]
-    order = np.argsort(p, axis=1, kind="stable")
-    stepped = np.maximum.accumulate((m - np.arange(m)) * np.take_along_axis(p, order, axis=1), axis=1)
-    out = np.empty_like(p)
-    np.put_along_axis(out, order, np.minimum(stepped, 1.0), axis=1)
-    return out
-
-
 def ni_pass(c: Counts, n: int, margin: float, alpha: float = ALPHA) -> np.ndarray:
     """Lower bound of the 1 - 2 alpha Tango interval above -margin <=> the score at -margin > z."""
     z = st.norm.ppf(1 - alpha)
@@ -169,7 +159,7 @@ def aa_false_block(rng: np.random.Generator, reps: int, noise: float, n_check: i
     ps = [midp(c[:, 1], c[:, 2]) for c in draws] + [
         budget_p(c[:, 1] + c[:, 2], n) for c, n in zip(draws, SIZES, strict=True)
     ]
-    block = (holm(np.column_stack(ps)) < ALPHA).any(axis=1)
+    block = (gp.holm(np.column_stack(ps)) < ALPHA).any(axis=1)
     built = [
         ({f"s{n}": (["acc"], _from_counts(f"s{n}", c[j])) for c, n in zip(draws, SIZES, strict=True)}, None)
         for j in range(n_check)
@@ -190,7 +180,7 @@ def with_aa(
     draws = [aa_cells(rng, n, reps, noise=noise, excess=excess) for n in sizes]
     mc = [midp(c[:, 0] + c[:, 2], c[:, 1] + c[:, 3]) for c in draws]
     ex = [excess_p(c[:, 0] + c[:, 1], c[:, 4], n) for c, n in zip(draws, sizes, strict=True)]
-    block = (holm(np.column_stack(mc + ex)) < ALPHA).any(axis=1)
+    block = (gp.holm(np.column_stack(mc + ex)) < ALPHA).any(axis=1)
     built = []
     for j in range(n_check):
         both = {f"s{n}": _from_aa(f"s{n}", c[j]) for c, n in zip(draws, sizes, strict=True)}
