@@ -25,6 +25,7 @@ from evalgate.engines.sglang import SGLangEngine, parser_dir
 from evalgate.engines.sglang._scorer import loglikelihood_payload
 from evalgate.variants import BUILTIN_VARIANTS, Variant, parse_variant
 from tests.helpers.child_process import run_json
+from tests.helpers.options import check_flags, read_options
 
 SGLANG_PARSER_INSTALL = (
     "evalgate setup --parsers (or pip install --no-deps --target DIR "
@@ -159,31 +160,8 @@ def test_commands_parse_with_sglangs_own_parser(tmp_path: Path) -> None:
         assert p["sampling_defaults"] == "openai" and p["enable_deterministic_inference"] is True
 
 
-def load_options() -> dict[str, set[str] | None]:
-    """Option -> its allowed values (None: any value; empty set: a flag without a value)."""
-    out: dict[str, set[str] | None] = {}
-    for line in OPTIONS.read_text().splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        option, _, choices = line.partition("\t")
-        out[option] = set() if choices == "<flag>" else (set(choices.split(",")) if choices else None)
-    return out
-
-
 def test_every_flag_and_value_is_in_sglangs_option_list(tmp_path: Path) -> None:
-    options = load_options()
+    options = read_options(OPTIONS)
     assert OPTIONS.read_text().startswith(f"# SGLang {SGLANG_VERSION} launch_server options")
     for argv in commands(tmp_path):
-        i = 0
-        while i < len(argv):
-            flag = argv[i]
-            assert flag in options, f"SGLang {SGLANG_VERSION} has no option {flag}"
-            allowed = options[flag]
-            if allowed == set():
-                i += 1
-                continue
-            value = argv[i + 1]
-            assert allowed is None or value in allowed, (
-                f"{flag} {value} is not one of {sorted(allowed or [])}"
-            )
-            i += 2
+        check_flags(argv, options, f"SGLang {SGLANG_VERSION}")

@@ -26,6 +26,7 @@ from evalgate.engines.vllm._scorer import loglikelihood_payload, read_continuati
 from evalgate.variants import BUILTIN_VARIANTS, Variant, parse_variant
 from tests.engines.test_vllm_scorer import encode, fake_completion, fake_detokenize, fake_tokenize
 from tests.helpers.child_process import run_json
+from tests.helpers.options import check_flags, read_options
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BASE = "meta-llama/Llama-3.1-8B-Instruct"
@@ -82,34 +83,12 @@ def options_file(version: str) -> Path:
     return FIXTURES / f"vllm_{version}_options.txt"
 
 
-def load_options(version: str = VLLM_VERSION) -> dict[str, set[str] | None]:
-    """Option -> its allowed values (None: any value; empty set: a flag without a value)."""
-    out: dict[str, set[str] | None] = {}
-    for line in options_file(version).read_text().splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        option, _, choices = line.partition("\t")
-        out[option] = set() if choices == "<flag>" else (set(choices.split(",")) if choices else None)
-    return out
-
-
 @pytest.mark.parametrize("version", OPTION_VERSIONS)
 def test_every_flag_and_value_is_in_vllms_option_list(models: dict[str, str], version: str) -> None:
     assert options_file(version).read_text().startswith(f"# vLLM {version} `vllm serve` options")
-    options = load_options(version)
-    for argv in commands(models):
-        i = 1  # argv[0] is the model, vLLM's positional model_tag
-        while i < len(argv):
-            flag = argv[i]
-            assert flag in options, f"vLLM {version} has no option {flag}"
-            allowed = options[flag]
-            if allowed == set():
-                i += 1
-                continue
-            assert allowed is None or argv[i + 1] in allowed, (
-                f"{flag} {argv[i + 1]} not in {sorted(allowed or [])}"
-            )
-            i += 2
+    options = read_options(options_file(version))
+    for argv in commands(models):  # argv[0] is the model, vLLM's positional model_tag
+        check_flags(argv, options, f"vLLM {version}", start=1)
 
 
 PARSE = r"""
