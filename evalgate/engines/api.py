@@ -16,6 +16,7 @@ import secrets
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from evalgate.engines._launcher import LaunchSlot, ServerHandle, flags
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from evalgate.engines.client import GatewayRoute
 
 __all__ = [
+    "CPU_SMOKE_ITEMS",
     "AttachDialect",
     "CacheObservation",
     "Decoded",
@@ -42,6 +44,12 @@ __all__ = [
     "ServerHandle",
     "Split",
 ]
+
+CPU_SMOKE_ITEMS: Mapping[str, int] = MappingProxyType({"gsm8k": 10, "arc_easy": 90})
+"""A CPU engine's smoke run: a 5-shot GSM8K item (~980 prompt tokens, prefilled at a few hundred
+tokens/s on 2 cores) costs about eleven ARC-Easy items, and at 50 items its accuracy row can only
+see changes of ~25 points; so the CPU smoke run asks 10 of them and 90 ARC-Easy items, the same
+150 items with drift's 50 (docs/measurements.md, "The first command against its physical limit")."""
 
 LogLik = tuple[float, bool, int]
 """(sum logprob of the continuation, every token greedy, number of continuation tokens)."""
@@ -312,6 +320,12 @@ class Engine(Protocol):
         """A cap on generated tokens per item for ``preset`` when the user sets none (a CPU
         engine cannot afford long chains of thought in a smoke run); None: the suite's own."""
         return None
+
+    def default_items(self, preset: str) -> Mapping[str, int]:
+        """Items per suite for ``preset`` where this engine's costs call for other counts than the
+        preset's when the user sets no ``--limit`` (a CPU smoke run spends its minutes on items
+        that decide something); empty: the preset's count for every suite."""
+        return {}
 
     def resuming(self) -> None:
         """``compare --resume`` continues a run with this engine (an arm behind smg then routes

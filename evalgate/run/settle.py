@@ -40,6 +40,7 @@ from evalgate.variants import LaunchSpec, Variant, require_only_quantization
 
 __all__ = [
     "Settled",
+    "items_per_suite",
     "load_items",
     "resolve_suites",
     "settle",
@@ -203,9 +204,9 @@ def load_items(settled: Settled, console: Console | None = None) -> dict[str, li
     """Each suite's items in the order the run asks them: ``--sequential``'s recorded shuffle,
     and ``--repeats`` k records per item (the same seed on both arms)."""
     req = settled.request
-    n = req.limit if req.limit is not None else PRESETS[req.preset]
     items: dict[str, list[Item]] = {}
     for suite in settled.suites:
+        n = items_per_suite(settled, suite.name)
         if console is None:
             items[suite.name] = suite.load(settled.options, n)
         else:
@@ -218,6 +219,21 @@ def load_items(settled: Settled, console: Console | None = None) -> dict[str, li
                 replace(it, repeat=r) for it in items[suite.name] for r in range(req.repeats)
             ]
     return items
+
+
+def items_per_suite(settled: Settled, suite: str) -> int | None:
+    """``--limit``; else, on a resume, what the original run planned (a later version's defaults
+    never change a run half done); else the engine's count for the preset (a CPU smoke run asks
+    fewer 5-shot GSM8K items, ``Engine.default_items``), else the preset's; None: every item."""
+    req, previous = settled.request, settled.previous
+    if req.limit is not None:
+        return req.limit
+    engine_counts = settled.engine.default_items(req.preset)
+    if suite not in engine_counts:
+        return PRESETS[req.preset]
+    if previous is not None and suite in previous.suites:  # planned under another version's counts
+        return previous.suites[suite].n
+    return engine_counts[suite]
 
 
 def with_deterministic(cfg: EvalgateConfig, engines: Sequence[str] = ENGINES) -> EvalgateConfig:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,6 +199,9 @@ class GatewayEngine(Engine):
 
     def default_gen_cap(self, preset: str) -> int | None:
         return self.inner.default_gen_cap(preset)
+
+    def default_items(self, preset: str) -> Mapping[str, int]:
+        return self.inner.default_items(preset)
 
     def resuming(self) -> None:
         self.resume = True

@@ -19,7 +19,7 @@ import httpx
 
 from evalgate.config import LlamaCppConfig
 from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
-from evalgate.engines.api import Engine
+from evalgate.engines.api import CPU_SMOKE_ITEMS, Engine
 from evalgate.engines.gguf import DEFAULT_MODEL, derived_gguf
 from evalgate.engines.llamacpp import _diagnose
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
@@ -216,6 +216,9 @@ class LlamaCppEngine(Engine):
         # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
         # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
         return SMOKE_GEN_CAP if preset == "smoke" else None
+
+    def default_items(self, preset: str) -> Mapping[str, int]:
+        return CPU_SMOKE_ITEMS if preset == "smoke" else {}
 
     def request_timeout_s(self) -> float:
         # a 5-shot GSM8K generation beside three others took up to 108 s on 2 quiet cores, and a

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from evalgate.config import SGLangConfig
 from evalgate.engines._cpu_setup import CPU_WEIGHTS, checkpoint_dir
+from evalgate.engines.api import CPU_SMOKE_ITEMS
 from evalgate.engines.gguf import cache_dir
 from evalgate.engines.sglang._engine import SGLangEngine
 from evalgate.errors import ConfigError
@@ -137,6 +139,9 @@ class SGLangCPUEngine(SGLangEngine):
 
     def default_gen_cap(self, preset: str) -> int | None:
         return SMOKE_GEN_CAP if preset == "smoke" else None
+
+    def default_items(self, preset: str) -> Mapping[str, int]:
+        return CPU_SMOKE_ITEMS if preset == "smoke" else {}
 
     def request_timeout_s(self) -> float:
         # one thread decodes ~14 tokens/s: a 256-token answer in a batch of 16 takes minutes

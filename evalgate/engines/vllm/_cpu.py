@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from evalgate.config import VLLMConfig
@@ -37,6 +37,7 @@ from evalgate.engines._cpu_setup import checkpoint_dir
 from evalgate.engines._gpu import package_version
 from evalgate.engines._isa import IsaReport, require_any
 from evalgate.engines._launcher import LaunchSlot, ServerHandle
+from evalgate.engines.api import CPU_SMOKE_ITEMS
 from evalgate.engines.gguf import DEFAULT_MODEL, cache_dir
 from evalgate.engines.vllm._engine import VLLMEngine
 from evalgate.errors import ConfigError
@@ -152,6 +153,9 @@ class VLLMCPUEngine(VLLMEngine):
 
     def default_gen_cap(self, preset: str) -> int | None:
         return 256 if preset == "smoke" else None
+
+    def default_items(self, preset: str) -> Mapping[str, int]:
+        return CPU_SMOKE_ITEMS if preset == "smoke" else {}
 
     def request_timeout_s(self) -> float:
         return 600.0  # a CPU decodes a few tokens a second per sequence beside a busy neighbour
