@@ -138,7 +138,15 @@ def verdict_from(
             f"difference was detected at n = {min(r.n for r in unsized)}"
         )
     weak = [r for r in family if r.status == "underpowered" and r not in unsized]
-    if weak:
+    if weak and len({r.n for r in weak}) > 1:  # suites of different sizes: each its own MDE
+        level = min(r.mde_alpha or policy.alpha for r in weak)
+        each = ", ".join(f"{r.suite} {r.mde * 100:.1f} pt at n = {r.n}" for r in weak)
+        reason += (
+            f"; UNDERPOWERED: the smallest changes each suite could detect are {each} (80 % power at alpha "
+            f"{level:.2g}, the level Holm's first step demands), so this PASS only means no difference of that "
+            "size was detected"
+        )
+    elif weak:
         level = min(r.mde_alpha or policy.alpha for r in weak)
         reason += (
             f"; UNDERPOWERED: {', '.join(r.suite for r in weak)} could only detect changes of "

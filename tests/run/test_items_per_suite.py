@@ -4,11 +4,14 @@ wins, other presets and engines keep the preset's count, and a resume keeps the 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from evalgate.cli import main
 from evalgate.engines.api import CPU_SMOKE_ITEMS
 from evalgate.engines.fake import FakeEngine
 from evalgate.engines.llamacpp import LlamaCppEngine
@@ -47,3 +50,26 @@ def test_a_resume_keeps_the_count_the_original_run_planned() -> None:
     assert items_per_suite(settled, "gsm8k") == 50  # planned before the CPU counts existed
     assert items_per_suite(settled, "arc_easy") == 90
     assert items_per_suite(settled, "long_context") == PRESETS["smoke"]  # per length: not its total
+
+
+class _CpuLike(FakeEngine):
+    """The fake engine with a CPU engine's kind of smoke counts, small enough for a fast test."""
+
+    def default_items(self, preset: str) -> dict[str, int]:
+        return {"arc_challenge": 6, "arc_easy": 12} if preset == "smoke" else {}
+
+
+def test_suites_of_different_sizes_each_say_what_they_could_detect(
+    tmp_path: Path, data_dir: Path, use: Any
+) -> None:
+    use(_CpuLike())
+    out = tmp_path / "run"
+    main(["compare", "--engine", "fake", "--suites", "arc_challenge,arc_easy", "--data-dir", str(data_dir),
+          "--out", str(out), "--skip-kernel-check"])  # fmt: skip
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert {s: m["n"] for s, m in json.loads((out / "manifest.json").read_text())["suites"].items()} == {
+        "arc_challenge": 6,
+        "arc_easy": 12,
+    }
+    reason = verdict["reason"]
+    assert "at n = 6" in reason and "at n = 12" in reason, reason
