@@ -16,6 +16,7 @@ import numpy as np
 from scipy import stats as _st
 
 from evalgate.stats import _checks as check
+from evalgate.stats._binomial import cp_lower, cp_upper
 
 __all__ = ["EXACT_LIMIT", "ExcessTestResult", "excess_test", "tango_score"]
 
@@ -76,8 +77,7 @@ def _exact_pvalue(b: int, c: int, n: int, margin: float, t_obs: float) -> float:
     """sup over the nuisance P(only_y) of P(T >= t_obs) under rate_x - rate_y = margin, the
     nuisance restricted to its 1 - gamma Clopper-Pearson interval, plus gamma (Berger & Boos 1994)."""
     top = (1 - margin) / 2
-    lo = 0.0 if c == 0 else float(_st.beta.ppf(_GAMMA / 2, c, n - c + 1))
-    hi = 1.0 if c == n else float(_st.beta.ppf(1 - _GAMMA / 2, c + 1, n - c))
+    lo, hi = cp_lower(c, n, _GAMMA / 2), cp_upper(c, n, _GAMMA / 2)
     lo, hi = min(lo, top), min(hi, top)
     c_lo = int(_st.binom.ppf(1e-13, n, lo)) if lo > 0 else 0
     c_hi = int(_st.binom.isf(1e-13, n, hi)) if hi > 0 else 0

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _st
 
+from evalgate.stats._binomial import cp_lower, cp_upper
 from evalgate.stats._checks import count, prob
 from evalgate.stats._drift import _finite
 from evalgate.stats._resampling import BOOTSTRAP_METHODS, BootstrapMethod, _chunks
@@ -154,7 +154,7 @@ def ratio_budget_test(
     theta = float(x.sum() / y.sum()) if n else math.nan
 
     nonzero = int(np.count_nonzero(x))
-    share = _cp_upper(nonzero, n, alpha) if 2 <= n and nonzero < n else None
+    share = cp_upper(nonzero, n, alpha) if 2 <= n and nonzero < n else None
 
     def result(lower: float, upper: float, p: float, how: str) -> BudgetTest:
         return BudgetTest(theta, lower, upper, p, n, float(budget), alpha, how, nonzero, share)
@@ -214,18 +214,9 @@ def _share_times_size(
         size = ratio_budget_test(xs, ys, budget=0.0, **kw).upper  # type: ignore[arg-type]
         seen = " (assumed: none larger than those seen)" if k <= 3 else ""
         how = f"{inner} size of the {k} differing documents{seen}"
-    pi = _cp_upper(k, n, half) if size >= 0 else _cp_lower(k, n, half)
+    pi = cp_upper(k, n, half) if size >= 0 else cp_lower(k, n, half)
     mixed = pi * size * float(ys.mean() / y.mean())
     return mixed, f"{ZERO_INFLATED_METHOD}: percentile, and Clopper-Pearson share x {how}"
-
-
-def _cp_upper(k: int, n: int, alpha: float) -> float:
-    """One-sided (1 - alpha) Clopper-Pearson upper bound of a share, k of n."""
-    return 1.0 if k >= n else float(_st.beta.ppf(1 - alpha, k + 1, n - k))
-
-
-def _cp_lower(k: int, n: int, alpha: float) -> float:
-    return 0.0 if k <= 0 else float(_st.beta.ppf(alpha, k, n - k + 1))
 
 
 def _pvalue(hits: int, resamples: int) -> float:

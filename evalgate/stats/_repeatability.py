@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from scipy import stats as _st
 
-from evalgate.stats import _checks as check
+from evalgate.stats._binomial import clopper_pearson
 
 __all__ = ["IdenticalShares", "clopper_pearson", "identical_shares"]
 
@@ -47,20 +47,6 @@ class IdenticalShares:
     @property
     def candidate_share(self) -> float:
         return self.candidate / self.n if self.n else 0.0
-
-
-def clopper_pearson(k: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
-    """The exact two-sided interval of a binomial share k / n (equal tails); (0, 1) for n = 0."""
-    k, n = check.count("k", k), check.count("n", n)
-    confidence = check.prob("confidence", confidence)
-    if k > n:
-        raise ValueError(f"k must be at most n, got k={k}, n={n}")
-    if n == 0:
-        return 0.0, 1.0
-    tail = (1 - confidence) / 2
-    low = 0.0 if k == 0 else float(_st.beta.ppf(tail, k, n - k + 1))
-    high = 1.0 if k == n else float(_st.beta.ppf(1 - tail, k + 1, n - k))
-    return low, high
 
 
 def identical_shares(

@@ -15,7 +15,8 @@ from scipy import optimize
 from scipy import stats as st
 
 from evalgate import stats
-from evalgate.stats._ratio_budget import IDENTICAL_METHOD, ZERO_INFLATED_METHOD, _cp_upper
+from evalgate.stats._binomial import cp_upper
+from evalgate.stats._ratio_budget import IDENTICAL_METHOD, ZERO_INFLATED_METHOD
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -196,7 +197,7 @@ def test_all_identical_documents_bound_the_share_not_the_drift() -> None:
 def test_share_upper_is_scipys_clopper_pearson() -> None:
     for k, n, alpha in [(0, 50, 0.05), (2, 50, 0.05), (7, 12, 0.1), (1, 3, 0.025), (49, 50, 0.05)]:
         ci = st.binomtest(k, n).proportion_ci(confidence_level=1 - 2 * alpha, method="exact")
-        assert _cp_upper(k, n, alpha) == pytest.approx(ci.high, rel=1e-9)
+        assert cp_upper(k, n, alpha) == pytest.approx(ci.high, rel=1e-9)
     x = np.r_[np.zeros(45), np.full(5, 0.3)]
     res = stats.ratio_budget_test(x, np.full(50, 30.0), budget=0.01, n_resamples=200, seed=0)
     ci = st.binomtest(5, 50).proportion_ci(confidence_level=0.9, method="exact")
