@@ -112,3 +112,13 @@ def test_attached_servers_report_through_their_dialect() -> None:
     assert (found.weight_format, found.speculative, found.source) == ("Q4_0", "off", "/props")
     assert found.label() == "Q4_0 weights"
     assert VLLM.provenance({"version": "0.33.0", "model": "m"}) == Provenance()  # vLLM reports none of it
+
+
+def test_a_llama_servers_odd_props_are_no_facts_and_no_crash() -> None:
+    """/props is the server's word: fields of the wrong type are skipped, the log still speaks."""
+    from evalgate.engines.llamacpp._provenance import llamacpp_provenance
+
+    odd = {"default_generation_settings": ["params"], "model_ftype": {"x": 1}}
+    got = llamacpp_provenance("print_info: file type   = F16\n", odd)
+    assert got.weight_format == "F16" and got.speculative is None
+    assert llamacpp_provenance("", {"default_generation_settings": {"params": "none"}}).speculative is None

@@ -52,16 +52,18 @@ def llamacpp_provenance(log: str, props: Mapping[str, Any] | None = None) -> Pro
     elif setting == "auto":
         resolved = _last(_FA_AUTO, log)
         attention = None if resolved is None else ("flash_attn" if resolved == "enabled" else "no flash_attn")
-    weights = props.get("model_ftype") or _last(_FTYPE, log)
+    weights = props.get("model_ftype")
+    weights = weights if isinstance(weights, str) else _last(_FTYPE, log)  # a server's odd answer is no fact
     buffers = set(_BUFFER.findall(log))
     linear = None
     if buffers:
         linear = "ggml CPU_REPACK (repacked weights)" if "CPU_REPACK" in buffers else "ggml CPU"
-    params = (props.get("default_generation_settings") or {}).get("params") or {}
-    spec = params.get("speculative.types")
+    settings = props.get("default_generation_settings")
+    params = settings.get("params") if isinstance(settings, dict) else None
+    spec = params.get("speculative.types") if isinstance(params, dict) else None
     speculative = None
     if spec is not None:
-        speculative = "off" if spec in ("none", "") else str(spec)
+        speculative = "off" if spec in ("none", "") else str(spec)[:80]
     elif _NO_SPEC in log:
         speculative = "off"
     return Provenance(
