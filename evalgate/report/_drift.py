@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from markupsafe import Markup
-
 from evalgate.gate import DriftRow, SuiteDrift, Verdict
 from evalgate.report import _format as fmt
+from evalgate.report._sections import Section
 from evalgate.report.drift_svg import drift_chart
 
 __all__ = [
@@ -79,18 +78,12 @@ class DriftTable:
     rows: list[list[str]]
 
 
-@dataclass(frozen=True)
-class DriftPanel:
-    """One drift suite; ``title``, ``headers``, ``rows``, ``note`` and ``svg`` as in ``_view.Section``."""
+@dataclass(frozen=True, kw_only=True)
+class DriftPanel(Section):
+    """One drift suite: a ``Section`` (its rows, note and chart) with what the badges, JUnit and Markdown read."""
 
-    key: str
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
     statuses: list[str]
     """Each row's status (pass, block, underpowered, info), for its badge."""
-    note: str
-    svg: Markup
     suite: str
     quantiles: DriftTable | None
     """Per pair: the per-token KL quantiles and top-1 agreement (None: an imported task, no distributions)."""

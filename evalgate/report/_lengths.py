@@ -5,7 +5,7 @@ where the run recorded it, and the flip rate at the longest length, which the ga
 capacity comes from the run folder alone: throughput.json's (``compare --with-throughput``),
 else the one each engine read at launch (the arm's ``server`` facts: a ``capacity`` or
 ``kv_capacity`` block, or the KV buffers' MiB for a pool of fixed size). Returns plain
-headers, rows and text; ``_view`` wraps them in its ``Section`` (no import back, no cycle).
+headers, rows and text in a ``Section`` of its own (``_view`` is not imported back: no cycle).
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from markupsafe import Markup
-
 from evalgate.gate import LengthRow, LengthTrend, SuiteLengths, Verdict
 from evalgate.report import _format as fmt
+from evalgate.report._sections import Section
 from evalgate.report.lengths_svg import length_label, lengths_chart
 from evalgate.store.capacity import capacity_ratio
 from evalgate.store.manifest import Manifest, ServerFacts
@@ -27,16 +26,10 @@ __all__ = ["HEADERS", "LengthPanel", "kv_capacity", "length_cells", "length_pane
 HEADERS = ["context length", "n", "baseline", "candidate", "delta", "flips", "n10 / n01", "p (two-sided)"]
 
 
-@dataclass(frozen=True)
-class LengthPanel:
-    """One suite's panel; ``title``, ``headers``, ``rows``, ``note`` and ``svg`` as in ``_view.Section``."""
+@dataclass(frozen=True, kw_only=True)
+class LengthPanel(Section):
+    """One suite's panel: a ``Section`` (its table, note and chart) with what JUnit and Markdown read."""
 
-    key: str
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    note: str
-    svg: Markup
     suite: str
     metric: str
     trend: LengthTrend | None

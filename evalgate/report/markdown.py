@@ -13,7 +13,6 @@ import re
 from evalgate.report._drift import DriftPanel, DriftTable
 from evalgate.report._gateway import GatewayPanel
 from evalgate.report._items import ItemView, SuiteItems
-from evalgate.report._lengths import LengthPanel
 from evalgate.report._view import RunView, Section
 
 __all__ = ["LIMIT", "render_markdown"]
@@ -133,7 +132,7 @@ def _head(v: RunView) -> list[str]:
     return out
 
 
-def _table(s: Section | LengthPanel | DriftTable, keep: int | None = None) -> str:
+def _table(s: Section | DriftTable, keep: int | None = None) -> str:
     """A Markdown table of the first ``keep`` columns (all when None), the first left-aligned."""
     headers = s.headers[:keep]
     head = "| " + " | ".join(_md(h) for h in headers) + " |\n|---|" + "--:|" * (len(headers) - 1) + "\n"
@@ -154,7 +153,7 @@ def _drift_table(s: DriftPanel) -> str:
     return f"\n#### {_md(s.title)}\n\n{head}{body}{flagged}\n{quantiles}\n{_md(s.note)}\n"
 
 
-def _length_table(s: Section | LengthPanel) -> str:
+def _length_table(s: Section) -> str:
     """A long-context suite's rows per context length, and what the candidate buys and costs."""
     head = "| " + " | ".join(_md(h) for h in s.headers) + " |\n|---|" + "--:|" * (len(s.headers) - 1) + "\n"
     rows = "".join("| " + " | ".join(_md(c) for c in row) + " |\n" for row in s.rows)
