@@ -3,21 +3,31 @@ as a line through its points with a dot and a hover title at each, and the legen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from markupsafe import escape
 
 __all__ = ["chart_head", "legend", "series", "title_id"]
 
 
-def series(points: Sequence[tuple[float, float, str]], *, color: str, dash: str, radius: float) -> list[str]:
-    """``points``: (x, y, title) in pixels, each title already escaped by the caller; the line is
-    left out for a single point, and ``dash`` (a stroke-dasharray, or "") styles it."""
+def series(
+    points: Sequence[tuple[float, float, str]],
+    *,
+    x: Callable[[float], float],
+    y: Callable[[float], float],
+    color: str,
+    dash: str,
+    radius: float,
+) -> list[str]:
+    """``points``: (x, y, title) in the data's units, placed by the chart's scales ``x`` and ``y``,
+    each title already escaped by the caller; the line is left out for a single point, and
+    ``dash`` (a stroke-dasharray, or "") styles it."""
     line_points, marks = [], []
-    for x, y, title in points:
-        line_points.append(f"{x:.1f},{y:.1f}")
+    for data_x, data_y, title in points:
+        x_px, y_px = x(data_x), y(data_y)
+        line_points.append(f"{x_px:.1f},{y_px:.1f}")
         marks.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{radius:g}" fill="{color}"><title>{title}</title></circle>'
+            f'<circle cx="{x_px:.1f}" cy="{y_px:.1f}" r="{radius:g}" fill="{color}"><title>{title}</title></circle>'
         )
     style = f' stroke-dasharray="{dash}"' if dash else ""
     line = [

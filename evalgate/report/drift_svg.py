@@ -11,7 +11,7 @@ near the data, else named at the top. Every text is escaped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
@@ -44,14 +44,14 @@ def _kl(value: float) -> str:
 def drift_chart(section: SuiteDrift, *, budget: float | None = None) -> Markup:
     """The chart of one suite's ``by_position`` means; empty for a suite without distributions."""
     starts = list(section.positions)
-    series = [
+    lines = [
         (key, name, color, dash, list(section.by_position[key]))
         for key, name, color, dash in _PAIRS
         if len(section.by_position.get(key, [])) == len(starts) and starts
     ]
-    if not series:
+    if not lines:
         return Markup("")
-    peak = max((v for *_, values in series for v in values if math.isfinite(v)), default=0.0)
+    peak = max((v for *_, values in lines for v in values if math.isfinite(v)), default=0.0)
     show_budget = budget is not None and budget > 0 and (peak == 0 or budget <= _NEAR * peak)
     top = nice_top(max(peak, budget if show_budget and budget else 0.0) * 1.1)
     last = starts[-1] if len(starts) > 1 else 1
@@ -93,9 +93,9 @@ def drift_chart(section: SuiteDrift, *, budget: float | None = None) -> Markup:
                 f'<text x="{_X1}" y="{_Y0 - 12}" text-anchor="end" fill="{_BUDGET}">budget '
                 f"{_kl(budget)} nats/token: above the chart</text>"
             )
-    for _, name, color, dash, values in series:
-        out += _series(starts, values, name, color, dash, px, py)
-    out += legend([(name, color, dash) for _, name, color, dash, _ in series], x=_X1 + 40, y0=_Y0)
+    for _, name, color, dash, values in lines:
+        out += series(_points(starts, values, name), x=px, y=py, color=color, dash=dash, radius=3.5)
+    out += legend([(name, color, dash) for _, name, color, dash, _ in lines], x=_X1 + 40, y0=_Y0)
     out.append(
         f'<text x="{(_X0 + _X1) / 2:.1f}" y="{_Y1 + 40}" text-anchor="middle">'
         "scored position (first position of each bucket)</text>"
@@ -108,22 +108,10 @@ def drift_chart(section: SuiteDrift, *, budget: float | None = None) -> Markup:
     return Markup("\n".join(out))
 
 
-def _series(
-    starts: Sequence[int],
-    values: Sequence[float],
-    name: str,
-    color: str,
-    dash: str,
-    px: Callable[[float], float],
-    py: Callable[[float], float],
-) -> list[str]:
+def _points(starts: Sequence[int], values: Sequence[float], name: str) -> list[tuple[float, float, str]]:
+    """Each bucket's (first position, mean KL, hover title) for one pair of arms."""
     width = starts[1] - starts[0] if len(starts) > 1 else 1
-    return series(
-        [
-            (px(s), py(v), f"{escape(name)}, positions {s}-{s + width - 1}: mean KL {_kl(v)} nats/token")
-            for s, v in zip(starts, values, strict=True)
-        ],
-        color=color,
-        dash=dash,
-        radius=3.5,
-    )
+    return [
+        (s, v, f"{escape(name)}, positions {s}-{s + width - 1}: mean KL {_kl(v)} nats/token")
+        for s, v in zip(starts, values, strict=True)
+    ]

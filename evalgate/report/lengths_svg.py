@@ -11,7 +11,7 @@ its row's status. Every text is escaped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
@@ -82,7 +82,7 @@ def lengths_chart(section: SuiteLengths, *, arms: Sequence[str] = ("baseline", "
         out.append(f'<text x="{x:.1f}" y="{_Y1 + 32}" text-anchor="middle" fill="#57606a">n = {r.n}</text>')
     out.append(f'<line x1="{_X0}" y1="{_Y1}" x2="{_X1}" y2="{_Y1}" stroke="#57606a" />')
     for (arm, color, dash), name in zip(_ARMS, arms, strict=True):
-        out += _series(rows, logs, arm, name, color, dash, px, py)
+        out += series(_points(rows, logs, arm, name), x=px, y=py, color=color, dash=dash, radius=4)
     out += _legend(arms)
     t = section.trend
     if t is not None:
@@ -106,22 +106,16 @@ def lengths_chart(section: SuiteLengths, *, arms: Sequence[str] = ("baseline", "
     return Markup("\n".join(out))
 
 
-def _series(
-    rows: Sequence[LengthRow],
-    logs: Sequence[float],
-    arm: str,
-    name: str,
-    color: str,
-    dash: str,
-    px: Callable[[float], float],
-    py: Callable[[float], float],
-) -> list[str]:
+def _points(
+    rows: Sequence[LengthRow], logs: Sequence[float], arm: str, name: str
+) -> list[tuple[float, float, str]]:
+    """Each length's (log2 of the length, the arm's accuracy, hover title)."""
     out = []
     for r, v in zip(rows, logs, strict=True):
         value = r.baseline if arm == "baseline" else r.candidate
         title = f"{escape(name)} at {length_label(r.context_length)} tokens: {value:.1%} of {r.n}"
-        out.append((px(v), py(value), title))
-    return series(out, color=color, dash=dash, radius=4)
+        out.append((v, value, title))
+    return out
 
 
 def _legend(arms: Sequence[str]) -> list[str]:
