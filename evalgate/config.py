@@ -29,7 +29,6 @@ refused); the tables of suites a run leaves out stay unused. Numbers must be fin
 
 from __future__ import annotations
 
-import stat
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalgate.errors import ConfigError, invalid_input
+from evalgate.store.files import file_kind
 from evalgate.variants import Variant, parse_variant, variant_from_config
 
 if sys.version_info >= (3, 11):
@@ -357,17 +357,7 @@ def path_kind(path: Path) -> str:
         return "is a symbolic link to a path that does not exist" if path.is_symlink() else "does not exist"
     except OSError as exc:  # a symlink loop (ELOOP), a folder that may not be listed
         return f"cannot be reached ({exc.strerror or exc})"
-    for test, words in (
-        (stat.S_ISREG, "is a regular file"),
-        (stat.S_ISDIR, "is a directory"),
-        (stat.S_ISFIFO, "is a FIFO (named pipe)"),
-        (stat.S_ISSOCK, "is a socket"),
-        (stat.S_ISCHR, "is a character device"),
-        (stat.S_ISBLK, "is a block device"),
-    ):
-        if test(mode):
-            return words
-    return "is not a regular file"
+    return "is " + file_kind(mode)
 
 
 def require_regular_file(path: Path, what: str, *, fix: str) -> None:

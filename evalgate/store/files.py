@@ -35,6 +35,7 @@ __all__ = [
     "MAX_RECORDS_BYTES",
     "append_bytes",
     "entry_exists",
+    "file_kind",
     "iter_lines",
     "make_folder",
     "open_lock",
@@ -52,9 +53,10 @@ MAX_LINE_BYTES = 256 << 20
 
 _NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _KINDS = (
+    (stat.S_ISREG, "a regular file"),
     (stat.S_ISLNK, "a symbolic link"),
     (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
@@ -65,12 +67,14 @@ _FIX = (
 )
 
 
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "a regular file")
+def file_kind(mode: int) -> str:
+    """What a ``stat`` mode is, in words that finish "PATH is ...": "a regular file", "a directory",
+    "a FIFO (named pipe)"; every message that refuses an entry names it the same way."""
+    return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
 
 
 def _refuse(path: Path, mode: int, expected: str = "a regular file") -> ConfigError:
-    return ConfigError(f"{path} is {_kind(mode)}, not {expected}", fix=_FIX)
+    return ConfigError(f"{path} is {file_kind(mode)}, not {expected}", fix=_FIX)
 
 
 def _open(path: Path, flags: int, mode: int = 0o644) -> int:
