@@ -157,6 +157,20 @@ def _action_rows(parser: argparse.ArgumentParser, *, skip: set[str]) -> list[lis
     return rows
 
 
+def _page(title: str, intro: str) -> list[str]:
+    """A reference page's first lines: the do-not-edit header, its title, what it covers."""
+    return [_HEADER, f"# {title}", "", intro]
+
+
+def _heading(title: str, *paragraphs: str) -> list[str]:
+    """A ``##`` section's heading, then each of its opening paragraphs that is not empty."""
+    lines = ["", f"## {title}", ""]
+    for text in paragraphs:
+        if text:
+            lines.extend([text, ""])
+    return lines
+
+
 def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser, str]]:
     """(name, parser, one-line help) of each subcommand, in the order ``evalgate --help`` lists them."""
     out: list[tuple[str, argparse.ArgumentParser, str]] = []
@@ -170,20 +184,16 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Arg
 def cli_reference() -> str:
     """docs/reference/cli.md: every flag of every subcommand, ``compare``'s from CompareRequest."""
     header = ["flag", "type", "default", "what it does"]
-    lines = [
-        _HEADER,
-        "# Command-line reference",
-        "",
+    lines = _page(
+        "Command-line reference",
         "Exit codes of every command: 0 PASS (or done), 1 BLOCK, 2 usage or config error, "
         "3 infrastructure error. `evalgate compare`'s flags are the fields of "
         "`evalgate.request.CompareRequest`; settings shared by both arms live in `evalgate.toml` "
         "([config.md](config.md)).",
-    ]
+    )
 
     def section(title: str, parser: argparse.ArgumentParser, summary: str, skip: set[str]) -> None:
-        lines.extend(["", f"## {title}", ""])
-        if summary:
-            lines.extend([summary[0].upper() + summary[1:] + ".", ""])
+        lines.extend(_heading(title, summary[0].upper() + summary[1:] + "." if summary else ""))
         rows = _compare_rows()[0] if title == "evalgate compare" else []
         rows += _action_rows(parser, skip=skip)
         lines.extend(_table(header, rows) if rows else ["No options."])
@@ -215,34 +225,27 @@ def _doc(model: type[BaseModel]) -> str:
 def config_reference() -> str:
     """docs/reference/config.md: every section and key of ``evalgate.toml``."""
     header = ["key", "type", "default", "what it sets"]
-    lines = [
-        _HEADER,
-        "# `evalgate.toml` reference",
-        "",
+    lines = _page(
+        "`evalgate.toml` reference",
         "evalgate reads `./evalgate.toml` when it exists (or the file `--config` names). Every "
         "section and key below is a field of `evalgate.config.EvalgateConfig`; an unknown key is "
         "refused (exit 2). A flag of the same meaning wins over the file "
         "([cli.md](cli.md)).",
-    ]
+    )
     top = config.EvalgateConfig
     plain = [n for n, i in top.model_fields.items() if not _is_table(i.annotation)]
-    lines.extend(["", "## Top level", ""])
+    lines.extend(_heading("Top level"))
     lines.extend(_table(header, [r for r in _section_rows(top) if r[0].strip("`") in plain]))
     for name, info in top.model_fields.items():
         base, _ = _strip_none(info.annotation)
         if isinstance(base, type) and issubclass(base, BaseModel):
-            lines.extend(["", f"## `[{name}]`", ""])
-            if _doc(base):
-                lines.extend([_doc(base), ""])
+            lines.extend(_heading(f"`[{name}]`", _doc(base)))
             lines.extend(_table(header, _section_rows(base)))
         elif get_origin(base) is dict:
             value = get_args(base)[1]
-            lines.extend(["", f"## `[{name}.<name>]`", ""])
-            if info.description:
-                lines.extend([info.description, ""])
-            if isinstance(value, type) and issubclass(value, BaseModel):
-                if _doc(value):
-                    lines.extend([_doc(value), ""])
+            model = isinstance(value, type) and issubclass(value, BaseModel)
+            lines.extend(_heading(f"`[{name}.<name>]`", info.description or "", _doc(value) if model else ""))
+            if model:
                 lines.extend(_table(header, _section_rows(value)))
             else:
                 lines.append("Keys are the suite's own: `evalgate suites list` shows each suite's options.")
