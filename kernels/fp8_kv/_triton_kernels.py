@@ -57,27 +57,31 @@ def _e4m3_bits_to_f32(b):
 
 
 @triton.jit
-def _quantize_kernel(x_ptr, s_ptr, q_ptr, R, D, s_stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+def _row_tile(s_ptr, R, D, s_stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """This program's BLOCK_R x BLOCK_D tile of a [R, D] array: its element offsets and mask, and
+    its rows' scales (1.0 past the last row), so the quantize and dequantize kernels differ only
+    in what they do to each element."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.arange(0, BLOCK_D)
     rmask = rows < R
     mask = rmask[:, None] & (cols[None, :] < D)
     offs = rows.to(tl.int64)[:, None] * D + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(s_ptr + rows * s_stride, mask=rmask, other=1.0)
+    return offs, mask, s
+
+
+@triton.jit
+def _quantize_kernel(x_ptr, s_ptr, q_ptr, R, D, s_stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    offs, mask, s = _row_tile(s_ptr, R, D, s_stride, BLOCK_R, BLOCK_D)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     y = tl.math.div_rn(x, s[:, None])  # IEEE division, as torch does
     tl.store(q_ptr + offs, _f32_to_e4m3_bits(y).to(tl.uint8), mask=mask)
 
 
 @triton.jit
 def _dequantize_kernel(q_ptr, s_ptr, o_ptr, R, D, s_stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = tl.arange(0, BLOCK_D)
-    rmask = rows < R
-    mask = rmask[:, None] & (cols[None, :] < D)
-    offs = rows.to(tl.int64)[:, None] * D + cols[None, :]
+    offs, mask, s = _row_tile(s_ptr, R, D, s_stride, BLOCK_R, BLOCK_D)
     b = tl.load(q_ptr + offs, mask=mask, other=0)
-    s = tl.load(s_ptr + rows * s_stride, mask=rmask, other=1.0)
     tl.store(o_ptr + offs, _e4m3_bits_to_f32(b) * s[:, None], mask=mask)
 
 
@@ -141,28 +145,29 @@ def _grid_rows(r: int, d: int) -> tuple[int, int, int]:
     return block_r, block_d, triton.cdiv(r, block_r)
 
 
-def quantize_fp8_triton(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Triton twin of `quantize_fp8`; returns the uint8 bit pattern viewed as float8_e4m3fn."""
+def _run_rows(
+    kernel: triton.JITFunction, x: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """Launch a `_row_tile` kernel over x as [rows, dim]; returns its output, [rows, dim] too."""
     check_device(x)
     flat, s, s_stride = _rows(x, scale)
-    out = torch.empty(flat.shape, dtype=torch.uint8, device=x.device)
+    out = torch.empty(flat.shape, dtype=out_dtype, device=x.device)
     if flat.numel():
         block_r, block_d, grid = _grid_rows(flat.shape[0], flat.shape[1])
-        _quantize_kernel[(grid,)](flat, s, out, flat.shape[0], flat.shape[1], s_stride, block_r, block_d)
-    return out.view(torch.float8_e4m3fn).reshape(x.shape)
+        kernel[(grid,)](flat, s, out, flat.shape[0], flat.shape[1], s_stride, block_r, block_d)
+    return out
+
+
+def quantize_fp8_triton(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Triton twin of `quantize_fp8`; returns the uint8 bit pattern viewed as float8_e4m3fn."""
+    return _run_rows(_quantize_kernel, x, scale, torch.uint8).view(torch.float8_e4m3fn).reshape(x.shape)
 
 
 def dequantize_fp8_triton(
     q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """Triton twin of `dequantize_fp8` (explicit e4m3 decode, then float32 * scale)."""
-    check_device(q)
-    flat, s, s_stride = _rows(q.view(torch.uint8), scale)
-    out = torch.empty(flat.shape, dtype=torch.float32, device=q.device)
-    if flat.numel():
-        block_r, block_d, grid = _grid_rows(flat.shape[0], flat.shape[1])
-        _dequantize_kernel[(grid,)](flat, s, out, flat.shape[0], flat.shape[1], s_stride, block_r, block_d)
-    return out.reshape(q.shape).to(dtype)
+    return _run_rows(_dequantize_kernel, q.view(torch.uint8), scale, torch.float32).reshape(q.shape).to(dtype)
 
 
 def _scale_arg(scale: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
