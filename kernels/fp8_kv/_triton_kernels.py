@@ -179,7 +179,31 @@ def _scale_arg(scale: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, 
     return scale, (scale.stride(0), scale.stride(1), scale.stride(2))
 
 
-def _launch(
+def decode_attention_triton(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    block_n: int | None = None,
+) -> torch.Tensor:
+    """Triton twin of `decode_attention_ref` for an FP8 contiguous cache [batch, seq, kv_heads, dim].
+
+    A contiguous cache is a paged one with one page per sequence, so both share one kernel.
+    """
+    bsz = q.shape[0]
+    if k_cache.shape[0] != bsz:
+        raise ValueError("contiguous cache batch must equal q batch")
+    table = torch.arange(bsz, dtype=torch.int32, device=q.device).reshape(bsz, 1)
+    return paged_decode_attention_triton(
+        q, k_cache, v_cache, k_scale, v_scale, table, seq_lens, sm_scale=sm_scale, block_n=block_n
+    )
+
+
+def paged_decode_attention_triton(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -187,10 +211,15 @@ def _launch(
     v_scale: torch.Tensor,
     block_table: torch.Tensor,
     seq_lens: torch.Tensor,
-    sm_scale: float | None,
-    block_n: int | None,
+    *,
+    sm_scale: float | None = None,
+    block_n: int | None = None,
 ) -> torch.Tensor:
-    """Validate, then run the shared paged kernel (contiguous = one page per sequence)."""
+    """Triton twin of `paged_decode_attention_ref` (cache [num_blocks, block_size, kv_heads, dim]);
+    validates, then runs the kernel, which the contiguous variant shares."""
+    block_table = block_table.to(device=q.device, dtype=torch.int32)
+    if block_table.dim() != 2 or block_table.stride(1) != 1:
+        block_table = block_table.reshape(q.shape[0], -1).contiguous()
     if block_n is None:  # interpreter cost is per operation: fewer, larger token blocks
         block_n = 128 if interpreting() else 64
     for c in (k_cache, v_cache):
@@ -224,44 +253,3 @@ def _launch(
         GROUP=hq // hkv, D=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_N=block_n,
     )  # fmt: skip
     return out.to(q.dtype)
-
-
-def decode_attention_triton(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k_scale: torch.Tensor,
-    v_scale: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    sm_scale: float | None = None,
-    block_n: int | None = None,
-) -> torch.Tensor:
-    """Triton twin of `decode_attention_ref` for an FP8 contiguous cache [batch, seq, kv_heads, dim].
-
-    A contiguous cache is a paged one with one page per sequence, so both share one kernel.
-    """
-    bsz = q.shape[0]
-    if k_cache.shape[0] != bsz:
-        raise ValueError("contiguous cache batch must equal q batch")
-    table = torch.arange(bsz, dtype=torch.int32, device=q.device).reshape(bsz, 1)
-    return _launch(q, k_cache, v_cache, k_scale, v_scale, table, seq_lens, sm_scale, block_n)
-
-
-def paged_decode_attention_triton(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k_scale: torch.Tensor,
-    v_scale: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    sm_scale: float | None = None,
-    block_n: int | None = None,
-) -> torch.Tensor:
-    """Triton twin of `paged_decode_attention_ref` (cache [num_blocks, block_size, kv_heads, dim])."""
-    table = block_table.to(device=q.device, dtype=torch.int32)
-    if table.dim() != 2 or table.stride(1) != 1:
-        table = table.reshape(q.shape[0], -1).contiguous()
-    return _launch(q, k_cache, v_cache, k_scale, v_scale, table, seq_lens, sm_scale, block_n)
