@@ -179,30 +179,6 @@ def _scale_arg(scale: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, 
     return scale, (scale.stride(0), scale.stride(1), scale.stride(2))
 
 
-def decode_attention_triton(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k_scale: torch.Tensor,
-    v_scale: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    sm_scale: float | None = None,
-    block_n: int | None = None,
-) -> torch.Tensor:
-    """Triton twin of `decode_attention_ref` for an FP8 contiguous cache [batch, seq, kv_heads, dim].
-
-    A contiguous cache is a paged one with one page per sequence, so both share one kernel.
-    """
-    bsz = q.shape[0]
-    if k_cache.shape[0] != bsz:
-        raise ValueError("contiguous cache batch must equal q batch")
-    table = torch.arange(bsz, dtype=torch.int32, device=q.device).reshape(bsz, 1)
-    return paged_decode_attention_triton(
-        q, k_cache, v_cache, k_scale, v_scale, table, seq_lens, sm_scale=sm_scale, block_n=block_n
-    )
-
-
 def paged_decode_attention_triton(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -253,3 +229,27 @@ def paged_decode_attention_triton(
         GROUP=hq // hkv, D=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_N=block_n,
     )  # fmt: skip
     return out.to(q.dtype)
+
+
+def decode_attention_triton(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    block_n: int | None = None,
+) -> torch.Tensor:
+    """Triton twin of `decode_attention_ref` for an FP8 contiguous cache [batch, seq, kv_heads, dim].
+
+    A contiguous cache is a paged one with one page per sequence, so both share one kernel.
+    """
+    bsz = q.shape[0]
+    if k_cache.shape[0] != bsz:
+        raise ValueError("contiguous cache batch must equal q batch")
+    table = torch.arange(bsz, dtype=torch.int32, device=q.device).reshape(bsz, 1)
+    return paged_decode_attention_triton(
+        q, k_cache, v_cache, k_scale, v_scale, table, seq_lens, sm_scale=sm_scale, block_n=block_n
+    )
