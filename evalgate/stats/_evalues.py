@@ -100,6 +100,14 @@ def sequential_test(
     return SequentialResult(stop, decision, float(np.exp(log_e[stop])), int(r[stop]), int(stop - r[stop]))
 
 
+def _futility_threshold(alpha: float, confidence: float) -> float:
+    """log(1/alpha), the bar both futility checks ask whether log E can still reach, once their
+    shared options are checked."""
+    if not 0 < float(alpha) < 1 or not 0.5 < float(confidence) < 1:
+        raise ValueError(f"alpha must be in (0, 1) and confidence in (0.5, 1), got {alpha!r}, {confidence!r}")
+    return math.log(1 / float(alpha))
+
+
 def sequential_futile(
     regressions: int,
     improvements: int,
@@ -128,10 +136,8 @@ def sequential_futile(
     k, n = check.count("items_seen", items_seen), check.count("items_total", items_total)
     if k > n or r + s > k:
         raise ValueError(f"inconsistent counts: {r} + {s} discordant of {k} seen of {n} items")
-    if not 0 < float(alpha) < 1 or not 0.5 < float(confidence) < 1:
-        raise ValueError(f"alpha must be in (0, 1) and confidence in (0.5, 1), got {alpha!r}, {confidence!r}")
+    threshold = _futility_threshold(alpha, confidence)
     a, b = check.shape("a", a), check.shape("b", b)
-    threshold = math.log(1 / float(alpha))
     left = n - k
     if left == 0:
         return bool(_log_evalue(r, s, a, b) < threshold)
@@ -194,7 +200,7 @@ def flip_futile(
     k, n = check.count("items_seen", items_seen), check.count("items_total", items_total)
     if f > k or k > n:
         raise ValueError(f"inconsistent counts: {f} flips of {k} seen of {n} items")
-    threshold = math.log(1 / float(alpha))
+    threshold = _futility_threshold(alpha, confidence)
     if _log_flip_evalue(f + (n - k), n, budget) < threshold:
         return True  # exact: not even if every item left flips
     if k < min_fraction * n:

@@ -98,12 +98,13 @@ def mde(
     """
     n = check.count("n", n)
     flip_rate = check.prob("flip_rate", flip_rate, open_low=False, open_high=False)
-    alpha, power = check.prob("alpha", alpha), check.prob("power", power)
     z_a, z_b = _z(alpha, power, alternative)
     return _solve_mde(n, flip_rate, 1.0, z_a, z_b)
 
 
 def _z(alpha: float, power: float, alternative: str) -> tuple[float, float]:
+    """The normal quantiles (z_alpha, z_power) of a power calculation, its three options checked."""
+    alpha, power = check.prob("alpha", alpha), check.prob("power", power)
     two_sided = check.alternative(alternative) == "two-sided"
     return float(_st.norm.ppf(1 - (alpha / 2 if two_sided else alpha))), float(_st.norm.ppf(power))
 
@@ -148,6 +149,5 @@ def required_n(
     (``mde(required_n(d, f), f) <= d``), for planning a run before it starts."""
     delta = check.prob("delta", delta, open_high=False)
     flip_rate = check.prob("flip_rate", flip_rate, open_low=False, open_high=False)
-    alpha, power = check.prob("alpha", alpha), check.prob("power", power)
     z_a, z_b = _z(alpha, power, alternative)
     return max(1, math.ceil(_connor_n(delta, flip_rate, 1.0, z_a, z_b) - 1e-9))

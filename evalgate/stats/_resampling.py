@@ -169,7 +169,6 @@ def mde_mean(
     inf when no loss up to ``span`` is detectable.
     """
     n = check.count("n", n)
-    alpha, power = check.prob("alpha", alpha), check.prob("power", power)
     if not (math.isfinite(sd) and sd >= 0):
         raise ValueError(f"sd must be finite and >= 0, got {sd!r}")
     if not (math.isfinite(span) and span >= 0):

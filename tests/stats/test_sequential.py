@@ -163,6 +163,16 @@ def test_balanced_flip_storm_blocks_on_agreement() -> None:
     assert flip_futile(0, items_seen=60, items_total=200, budget=0.05, alpha=0.025)
 
 
+@pytest.mark.parametrize(
+    "options", [{"alpha": 0.0}, {"alpha": 1.0}, {"confidence": 0.5}, {"confidence": 1.0}]
+)
+def test_both_futility_checks_reject_the_same_options(options: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="alpha must be in"):
+        sequential_futile(0, 0, items_seen=60, items_total=200, **options)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        flip_futile(0, items_seen=60, items_total=200, budget=0.05, **options)
+
+
 def test_rule_splits_alpha_over_every_test() -> None:
     rule = rule_for(
         chunk=50, alpha=0.05, n_suites=2, policy="regression", agreement_gate=True, flip_budget=None
