@@ -33,20 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is no package; `python -I` leaves it off
+
+from _gguf_cli import ScriptError, converter_parser, fail_check, out_beside, require, run
+
 DTYPES = ("bfloat16", "float16", "float32")
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 INSTALL_FIX = "pip install transformers gguf accelerate  (into the environment that runs this script)"
 BYTE_LEVEL_DECODER = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
 ROUND_TRIP = ("Hello world", " leading space", "a , b . c ! don 't", "naïve café 日本語 🤖", "one\ntwo\t3.14")
-
-
-class ScriptError(Exception):
-    """A cause and its fix; ``main`` prints both and exits with ``code``."""
-
-    def __init__(self, cause: str, fix: str, code: int = 2) -> None:
-        super().__init__(cause)
-        self.fix = fix
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -97,14 +92,7 @@ def default_source() -> Path:
 
 def import_transformers() -> tuple[Any, Any, Any]:
     """(transformers, torch, GgufConfig or None), or a ScriptError that says what to install."""
-    missing = []
-    for name in ("torch", "transformers", "gguf", "accelerate"):  # accelerate: GGUF loading
-        try:
-            __import__(name)
-        except ImportError:
-            missing.append(name)
-    if missing:
-        raise ScriptError(f"{', '.join(missing)} not importable: the GGUF conversion needs them", INSTALL_FIX)
+    require(("torch", "transformers", "gguf", "accelerate"), INSTALL_FIX)  # accelerate: GGUF loading
     import torch
     import transformers
 
@@ -148,7 +136,7 @@ def read_gguf_tokenizer(src: Path) -> GgufTokenizer:
     )
 
 
-def convert(src: Path, out: Path, dtype: str) -> list[Path]:
+def convert(src: Path, out: Path, dtype: str) -> None:
     """Load ``src`` with transformers, save it to ``out``, normalise it, and check the tokenizer."""
     transformers, torch, gguf_config = import_transformers()
     meta = read_gguf_tokenizer(src)
@@ -169,7 +157,6 @@ def convert(src: Path, out: Path, dtype: str) -> list[Path]:
     fix_tokenizer_config(out, tokenizer, meta)
     fix_tokenizer_json(out / "tokenizer.json", tokenizer, meta)
     print(check_tokenizer(out, meta, transformers))
-    return sorted(p for p in out.iterdir() if p.is_file())
 
 
 def fix_config(path: Path, dtype: str) -> None:
@@ -274,12 +261,11 @@ def check_tokenizer(out: Path, meta: GgufTokenizer, transformers: Any) -> str:
             problems.append(f"{text!r} decodes back as {back!r}")
     if "Hello" not in tok.apply_chat_template([{"role": "user", "content": "Hello"}], tokenize=False):
         problems.append("its chat template does not render the message")
-    if problems:
-        raise ScriptError(
-            f"the saved tokenizer in {out} disagrees with the GGUF: {'; '.join(problems)}",
-            "report it with the transformers version; the checkpoint would not serve the CPU engine's model",
-            code=3,
-        )
+    fail_check(
+        problems,
+        f"the saved tokenizer in {out} disagrees with the GGUF",
+        "report it with the transformers version; the checkpoint would not serve the CPU engine's model",
+    )
     return (
         f"tokenizer check: {len(meta.tokens)} tokens equal to the GGUF's, BOS added: {meta.add_bos}, "
         f"{len(ROUND_TRIP)} round trips exact (transformers {transformers.__version__})"
@@ -287,35 +273,32 @@ def check_tokenizer(out: Path, meta: GgufTokenizer, transformers: Any) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description="Convert a GGUF (default: the F16 SmolLM2 from `evalgate setup`) into a safetensors "
+    p = converter_parser(
+        "Convert a GGUF (default: the F16 SmolLM2 from `evalgate setup`) into a safetensors "
         "Hugging Face checkpoint that SGLang loads.",
-        epilog="needs: pip install transformers gguf accelerate (and torch). exit codes: 0 written, "
+        "needs: pip install transformers gguf accelerate (and torch). exit codes: 0 written, "
         "2 missing packages or bad input, 3 the saved tokenizer disagrees with the GGUF",
+        src_help="GGUF file (default: evalgate's derived F16 GGUF)",
+        out_help="output folder (default: <gguf without .gguf>-hf)",
     )
-    p.add_argument("src", nargs="?", type=Path, help="GGUF file (default: evalgate's derived F16 GGUF)")
-    p.add_argument("out", nargs="?", type=Path, help="output folder (default: <gguf without .gguf>-hf)")
     p.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="weights dtype (default bfloat16)")
     return p.parse_args(argv)
 
 
+def command(args: argparse.Namespace) -> Path:
+    """The GGUF (given, or evalgate's derived F16 one) converted into OUT_DIR; returns OUT_DIR."""
+    import_transformers()  # fail before the slow default-source lookup
+    src = (args.src or default_source()).resolve()
+    if not src.is_file():
+        raise ScriptError(f"{src} does not exist", "pass an existing .gguf file, or run `evalgate setup`")
+    out = args.out or out_beside(src, "-hf")
+    print(f"converting {src} -> {out} ({args.dtype})", flush=True)
+    convert(src, out, args.dtype)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        import_transformers()  # fail before the slow default-source lookup
-        src = (args.src or default_source()).resolve()
-        if not src.is_file():
-            raise ScriptError(f"{src} does not exist", "pass an existing .gguf file, or run `evalgate setup`")
-        out = args.out or src.with_name(src.name.removesuffix(".gguf") + "-hf")
-        print(f"converting {src} -> {out} ({args.dtype})", flush=True)
-        written = convert(src, out, args.dtype)
-    except ScriptError as exc:
-        print(f"error: {exc}\nfix: {exc.fix}", file=sys.stderr)
-        return exc.code
-    for path in written:
-        print(f"  {path.stat().st_size:>12,d}  {path}")
-    print(out)
-    return 0
+    return run(command, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is no package; `python -I` leaves it off
+
+from _gguf_cli import ScriptError, converter_parser, fail_check, out_beside, require, run
+
 try:
     import numpy as np
 except ImportError:  # main() says what to install
@@ -88,15 +92,6 @@ NOT_LINEAR = ("model.embed_tokens", "input_layernorm", "post_attention_layernorm
 """Modules kept 16-bit whatever their GGUF type: not linears, so not in ``ignore`` either."""
 KEPT_LINEARS = ("lm_head",)
 """Linears kept 16-bit whatever their GGUF type (the tied or separate output layer), listed in ``ignore``."""
-
-
-class ScriptError(Exception):
-    """A cause and its fix; ``main`` prints both and exits with ``code``."""
-
-    def __init__(self, cause: str, fix: str, code: int = 2) -> None:
-        super().__init__(cause)
-        self.fix = fix
-        self.code = code
 
 
 # --- the format: GGUF's side in numpy, compressed-tensors' through evalgate.kernels.int4 ---------
@@ -188,18 +183,6 @@ def hf_module(gguf_name: str) -> str:
 
 
 # --- reading, writing, checking ---------------------------------------------------------------
-
-
-def require() -> None:
-    """Fail early, with the install line, when a package is missing."""
-    missing = []
-    for name in ("numpy", "gguf", "torch", "safetensors"):
-        try:
-            __import__(name)
-        except ImportError:
-            missing.append(name)
-    if missing:
-        raise ScriptError(f"{', '.join(missing)} not importable: the conversion needs them", INSTALL_FIX)
 
 
 def default_paths(src: Path | None, twin: Path | None) -> tuple[Path, Path]:
@@ -343,12 +326,11 @@ def check(out: Path, twin: Path, scale_dtype: str) -> str:
         problems.append(
             f"a weight differs from the twin's by {worst_rel:.2%} (bfloat16 scales move a weight by at most 0.8%)"
         )
-    if problems:
-        raise ScriptError(
-            f"the checkpoint in {out} disagrees with the twin {twin}: {'; '.join(problems[:5])}",
-            "check that the twin is this GGUF's (scripts/gguf_to_hf.py) and report it",
-            code=3,
-        )
+    fail_check(
+        problems,
+        f"the checkpoint in {out} disagrees with the twin {twin}",
+        "check that the twin is this GGUF's (scripts/gguf_to_hf.py) and report it",
+    )
     return (
         f"check: {len(ref)} tensors of the twin, {unequal} weights differ, max abs difference {worst:g}, "
         f"max relative {worst_rel:.3g} ({scale_dtype} scales)"
@@ -356,14 +338,14 @@ def check(out: Path, twin: Path, scale_dtype: str) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description="Write a Q4_0 GGUF as a compressed-tensors W4A16 (pack-quantized, INT4 group 32) "
+    p = converter_parser(
+        "Write a Q4_0 GGUF as a compressed-tensors W4A16 (pack-quantized, INT4 group 32) "
         "checkpoint that vLLM serves with its INT4 kernel; the codes are copied, not re-quantized.",
-        epilog="needs: numpy gguf torch safetensors. exit codes: 0 written and checked, "
+        "needs: numpy gguf torch safetensors. exit codes: 0 written and checked, "
         "2 missing packages or bad input, 3 the written checkpoint disagrees with the twin",
+        src_help="Q4_0 GGUF (default: evalgate's derived Q4_0 GGUF)",
+        out_help="output folder (default: <gguf without .gguf>-w4a16)",
     )
-    p.add_argument("src", nargs="?", type=Path, help="Q4_0 GGUF (default: evalgate's derived Q4_0 GGUF)")
-    p.add_argument("out", nargs="?", type=Path, help="output folder (default: <gguf without .gguf>-w4a16)")
     p.add_argument("--twin", type=Path, help="the GGUF's bf16 HF twin (default: evalgate's Q4_0-hf)")
     p.add_argument(
         "--scale-dtype",
@@ -375,33 +357,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def command(args: argparse.Namespace) -> Path:
+    """The Q4_0 GGUF (given, or evalgate's) written as W4A16 into OUT_DIR and checked; returns OUT_DIR."""
+    require(("numpy", "gguf", "torch", "safetensors"), INSTALL_FIX)
+    src, twin = default_paths(args.src, args.twin)
+    src, twin = src.resolve(), twin.resolve()
+    if not src.is_file():
+        raise ScriptError(f"{src} does not exist", "pass an existing Q4_0 .gguf file")
+    check_twin(src, twin)
+    out = args.out or out_beside(src, "-w4a16")
+    print(f"converting {src} -> {out} (W4A16, {args.scale_dtype} scales; twin {twin})", flush=True)
+    done = convert(src, twin, out, args.scale_dtype)
+    if not done["packed"]:
+        raise ScriptError(f"{src} has no Q4_0 linear weights", "pass the Q4_0 GGUF")
+    kept = ", ".join(f"{m} ({k})" for m, k in done["kept"].items() if "layers." not in m)
+    print(f"packed {len(done['packed'])} Q4_0 linears; kept 16-bit: {kept} and {len(done['kept'])} in all")
+    print(f"ignore: {done['ignore']}")
+    print(check(out, twin, args.scale_dtype))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        require()
-        src, twin = default_paths(args.src, args.twin)
-        src, twin = src.resolve(), twin.resolve()
-        if not src.is_file():
-            raise ScriptError(f"{src} does not exist", "pass an existing Q4_0 .gguf file")
-        check_twin(src, twin)
-        out = args.out or src.with_name(src.name.removesuffix(".gguf") + "-w4a16")
-        print(f"converting {src} -> {out} (W4A16, {args.scale_dtype} scales; twin {twin})", flush=True)
-        done = convert(src, twin, out, args.scale_dtype)
-        if not done["packed"]:
-            raise ScriptError(f"{src} has no Q4_0 linear weights", "pass the Q4_0 GGUF")
-        kept = ", ".join(f"{m} ({k})" for m, k in done["kept"].items() if "layers." not in m)
-        print(
-            f"packed {len(done['packed'])} Q4_0 linears; kept 16-bit: {kept} and {len(done['kept'])} in all"
-        )
-        print(f"ignore: {done['ignore']}")
-        print(check(out, twin, args.scale_dtype))
-    except ScriptError as exc:
-        print(f"error: {exc}\nfix: {exc.fix}", file=sys.stderr)
-        return exc.code
-    for path in sorted(p for p in out.iterdir() if p.is_file()):
-        print(f"  {path.stat().st_size:>12,d}  {path}")
-    print(out)
-    return 0
+    return run(command, parse_args(argv))
 
 
 if __name__ == "__main__":
