@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -39,81 +40,68 @@ base = "fp8"
 args = {"-c" = "4096"}
 """
 
-CASES: dict[str, tuple[Callable[[], FakeEngine], list[str], str]] = {
-    # name: (the fake engine, the flags, what the refusal says)
-    "repeats without sampling": (FakeEngine, [*FAKE, "--suites", "gsm8k", "--repeats", "4"], "--temperature"),
-    "repeats of a suite that does not sample": (
-        FakeEngine,
+
+class Case(NamedTuple):
+    """A refused ``compare``: its flags, what the refusal says, and the engine it runs on."""
+
+    flags: list[str]
+    says: str
+    engine: Callable[[], FakeEngine] = FakeEngine
+
+
+CASES: dict[str, Case] = {
+    "repeats without sampling": Case([*FAKE, "--suites", "gsm8k", "--repeats", "4"], "--temperature"),
+    "repeats of a suite that does not sample": Case(
         [*FAKE, "--suites", "arc_easy", "--repeats", "4", "--temperature", "0.7"],
         "arc_easy do(es) not sample",
     ),
-    "repeats with --sequential": (
-        FakeEngine,
+    "repeats with --sequential": Case(
         [*FAKE, "--suites", "gsm8k", "--repeats", "4", "--temperature", "0.7", "--sequential"],
         "--sequential cannot be combined with --repeats",
     ),
-    "sampling without repeats or --aa": (
-        FakeEngine,
-        [*FAKE, "--suites", "gsm8k", "--temperature", "0.7"],
-        "fix: add --repeats 2 or more",
+    "sampling without repeats or --aa": Case(
+        [*FAKE, "--suites", "gsm8k", "--temperature", "0.7"], "fix: add --repeats 2 or more"
     ),
-    "sequential with --aa": (
-        FakeEngine,
-        [*FAKE, "--suites", "gsm8k", "--sequential", "--aa"],
-        "--sequential cannot be combined with --aa",
+    "sequential with --aa": Case(
+        [*FAKE, "--suites", "gsm8k", "--sequential", "--aa"], "--sequential cannot be combined with --aa"
     ),
-    "attach with one URL": (FakeEngine, ["--baseline-url", URL, "--suites", "gsm8k"], "needs both"),
-    "attach to one server twice": (
-        FakeEngine,
-        ["--baseline-url", URL, "--candidate-url", URL, "--suites", "gsm8k"],
-        "same server",
+    "attach with one URL": Case(["--baseline-url", URL, "--suites", "gsm8k"], "needs both"),
+    "attach to one server twice": Case(
+        ["--baseline-url", URL, "--candidate-url", URL, "--suites", "gsm8k"], "same server"
     ),
-    "attach with --engine": (
-        FakeEngine,
+    "attach with --engine": Case(
         ["--engine", "fake", "--baseline-url", URL, "--candidate-url", URL + "0", "--suites", "gsm8k"],
         "drop --engine",
     ),
-    "tool_calls without a parser": (NoToolParser, [*FAKE, "--suites", "tool_calls"], "tool-call parser"),
-    "long context too long for a slot": (
-        lambda: FakeEngine(context=2048),
+    "tool_calls without a parser": Case([*FAKE, "--suites", "tool_calls"], "tool-call parser", NoToolParser),
+    "long context too long for a slot": Case(
         [*FAKE, "--suites", "long_context", "--context-lengths", "4k"],
         "does not fit",
+        lambda: FakeEngine(context=2048),
     ),
-    "context lengths without long_context": (
-        FakeEngine,
-        [*FAKE, "--suites", "gsm8k", "--context-lengths", "2k"],
-        "does not include it",
+    "context lengths without long_context": Case(
+        [*FAKE, "--suites", "gsm8k", "--context-lengths", "2k"], "does not include it"
     ),
-    "a missing input file": (
-        FakeEngine,
+    "a missing input file": Case(
         ["--engine", "fake", "--baseline", "tpl", "--candidate", "fp8", "--suites", "gsm8k"],
         "missing.jinja, which is not a file",
     ),
-    "a pair that differs beyond quantization": (
-        FakeEngine,
+    "a pair that differs beyond quantization": Case(
         ["--engine", "fake", "--baseline", "bf16", "--candidate", "wide", "--suites", "gsm8k"],
         "differs in more than quantization",
     ),
-    "--thinking with no chat suite": (
-        FakeEngine,
-        [*FAKE, "--suites", "arc_easy", "--thinking", "on"],
-        "--thinking on reaches only chat suites",
+    "--thinking with no chat suite": Case(
+        [*FAKE, "--suites", "arc_easy", "--thinking", "on"], "--thinking on reaches only chat suites"
     ),
-    "options for a suite not in the run": (
-        FakeEngine,
+    "options for a suite not in the run": Case(
         [*FAKE, "--suites", "gsm8k", "--suite-opt", "tool_calls.prefill=false"],
         "suite options for tool_calls",
     ),
-    "an lm-eval run picked for a run with servers": (
-        FakeEngine,
+    "an lm-eval run picked for a run with servers": Case(
         [*FAKE, "--suites", "gsm8k", "--baseline-run", "2026-12-01T10-00-00"],
         "--baseline-run pick(s) one lm-eval run",
     ),
-    "an engine by a wrong name": (
-        FakeEngine,
-        ["--engine", "fak", "--suites", "gsm8k"],
-        "did you mean fake?",
-    ),
+    "an engine by a wrong name": Case(["--engine", "fak", "--suites", "gsm8k"], "did you mean fake?"),
 }
 
 
@@ -121,7 +109,7 @@ CASES: dict[str, tuple[Callable[[], FakeEngine], list[str], str]] = {
 def test_dry_run_and_run_refuse_the_same(
     case: str, use: Use, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make, flags, says = CASES[case]
+    flags, says, make = CASES[case]
     config = tmp_path / "evalgate.toml"
     config.write_text(CONFIG)
     argv = ["compare", "--config", str(config), "--skip-kernel-check", *flags]
