@@ -42,13 +42,17 @@ Draw = Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray]]
 
 
 def _rec(arm: str, item: str, r: int, value: float) -> Record:
+    """One arm's record of repeat ``r`` of ``item``: metric ``m`` is ``value``, and the response
+    is the same text on both arms exactly when the values are equal."""
     return Record(
         run_id="sim", arm=arm, variant=arm, suite="s", suite_version=1, item_id=item, repeat=r, prompt_hash=item,
         target="7", response=f"{value}", extracted=None, metrics={"m": value}, extra={},
     )  # fmt: skip
 
 
-def _pairs(x: np.ndarray, y: np.ndarray) -> list[Pair]:
+def repeat_pairs(x: np.ndarray, y: np.ndarray) -> list[Pair]:
+    """Per-repeat pairs from (items, repeats) outcome arrays (``tests/gate/test_noninferiority.py``
+    builds its runs with it too)."""
     return [
         Pair(f"i{i}", r, _rec("baseline", f"i{i}", r, x[i, r]), _rec("candidate", f"i{i}", r, y[i, r]))
         for i in range(x.shape[0])
@@ -90,7 +94,7 @@ SCENARIOS: dict[str, Draw] = {
 
 def judge(x: np.ndarray, y: np.ndarray) -> tuple[bool, bool]:
     """(the row shows non-inferiority, the whole gate passes)."""
-    pairs = _pairs(x, y)
+    pairs = repeat_pairs(x, y)
     if x.shape[1] > 1:
         v = decide(
             {"s": (["m"], item_means(pairs, ["m"]))}, policy=POLICY, kinds={"s": "continuous"},
@@ -134,7 +138,7 @@ def main() -> None:
 
 
 def decide_once(x: np.ndarray) -> str:
-    pairs = _pairs(x, x.copy())
+    pairs = repeat_pairs(x, x.copy())
     v = decide(
         {"s": (["m"], item_means(pairs, ["m"]))},
         policy=POLICY,

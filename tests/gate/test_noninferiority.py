@@ -6,46 +6,37 @@ with the arithmetic checked against the binary suite's Tango bound on the same c
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from evalgate import stats
 from evalgate.gate import GatePolicy, decide
 from evalgate.gate._repeats import item_means
-from evalgate.store.records import Pair, Record
+from tests.helpers.modules import load_file
 
+REPO = Path(__file__).resolve().parents[2]
 NI = {"policy": "non-inferiority"}
 
 
-def _rec(arm: str, item: str, r: int, value: float) -> Record:
-    return Record(
-        run_id="x", arm=arm, variant=arm, suite="s", suite_version=1, item_id=item, repeat=r, prompt_hash="h",
-        target="7", response=f"{item}{r}{value}", extracted=None, metrics={"em": value}, extra={},
-    )  # fmt: skip
-
-
-def _pairs(x: np.ndarray, y: np.ndarray) -> list[Pair]:
-    """Per-repeat pairs from (items, repeats) outcome arrays."""
-    return [
-        Pair(f"i{i}", r, _rec("baseline", f"i{i}", r, x[i, r]), _rec("candidate", f"i{i}", r, y[i, r]))
-        for i in range(x.shape[0])
-        for r in range(x.shape[1])
-    ]
+# the benchmark's record builder, so this test and benchmarks/sim_noninferiority.py judge the same runs
+repeat_pairs = load_file("sim_noninferiority", REPO / "benchmarks" / "sim_noninferiority.py").repeat_pairs
 
 
 def _repeats(x: np.ndarray, y: np.ndarray, margin: str):  # type: ignore[no-untyped-def]
     """The gate as ``verdict_for`` calls it on a --repeats run: per-item means, graded."""
-    pairs = _pairs(x, y)
+    pairs = repeat_pairs(x, y)
     return decide(
-        {"s": (["em"], item_means(pairs, ["em"]))}, policy=GatePolicy(margin=margin, **NI),
+        {"s": (["m"], item_means(pairs, ["m"]))}, policy=GatePolicy(margin=margin, **NI),
         kinds={"s": "continuous"}, sampled={"s": pairs},
     )  # fmt: skip
 
 
 def _graded(a: np.ndarray, b: np.ndarray, margin: str, **policy: object):  # type: ignore[no-untyped-def]
-    pairs = _pairs(a[:, None], b[:, None])
+    pairs = repeat_pairs(a[:, None], b[:, None])
     return decide(
-        {"s": (["em"], pairs)}, policy=GatePolicy(margin=margin, **{**NI, **policy}), kinds={"s": "continuous"}
+        {"s": (["m"], pairs)}, policy=GatePolicy(margin=margin, **{**NI, **policy}), kinds={"s": "continuous"}
     )  # fmt: skip
 
 
