@@ -11,13 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evalgate.engines import run_process
 from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine, find_binary
 from evalgate.errors import ServerStartError
 from evalgate.variants import parse_variant
 from tests.conftest import needs_models, needs_server
-from tests.engines.test_launcher import processes_with, spec_with
+from tests.helpers.launcher import never_ready, processes_with, spec_with
 
 pytestmark = pytest.mark.e2e
 
@@ -64,21 +63,8 @@ def test_server_that_cannot_bind_is_diagnosed(tmp_path: Path) -> None:
         cmd = [str(find_binary()), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", "512"]
         from evalgate.engines.llamacpp import diagnose
 
-        with (
-            pytest.raises(ServerStartError) as err,
-            run_process(
-                cmd,
-                name="x",
-                base_url="",
-                api_key="",
-                log_path=tmp_path / "x.log",
-                ready=lambda: False,
-                timeout_s=60,
-                diagnose=diagnose,
-            ),
-        ):
-            pass
-    assert "port is already in use" in err.value.fix
+        err = never_ready(cmd, tmp_path / "x.log", timeout_s=60, diagnose=diagnose)
+    assert "port is already in use" in err.fix
 
 
 @needs_server

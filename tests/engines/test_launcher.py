@@ -10,29 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.engines import run_process
 from evalgate.engines.api import LaunchSlot
 from evalgate.engines.llamacpp import LlamaCppEngine
 from evalgate.errors import ServerStartError
-from evalgate.variants import LaunchSpec, parse_variant
-
-
-def processes_with(marker: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker.encode() in (proc / "cmdline").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return pids
-
-
-def spec_with(model: str, *extra: tuple[str, str | None]) -> LaunchSpec:
-    base = LlamaCppEngine().config
-    args = (("-c", "2048"), ("-np", "1"), ("-t", str(base.threads)), *extra)
-    return LaunchSpec("llamacpp", model, args, (), frozenset())
+from evalgate.variants import parse_variant
+from tests.helpers.launcher import never_ready, processes_with, spec_with
 
 
 def test_readiness_timeout_kills_the_group(tmp_path: Path) -> None:
@@ -42,19 +24,8 @@ def test_readiness_timeout_kills_the_group(tmp_path: Path) -> None:
         "-c",
         f"import subprocess,time; subprocess.Popen(['sleep','60','{marker}']); time.sleep(60)",
     ]
-    with (
-        pytest.raises(ServerStartError, match="not ready within 1 s"),
-        run_process(
-            cmd,
-            name="sleeper",
-            base_url="",
-            api_key="",
-            log_path=tmp_path / "s.log",
-            ready=lambda: False,
-            timeout_s=1.0,
-        ),
-    ):
-        pass
+    err = never_ready(cmd, tmp_path / "sleeper.log", timeout_s=1.0)
+    assert "not ready within 1 s" in str(err)
     assert processes_with(marker) == []  # the grandchild went with the group
 
 
