@@ -18,6 +18,7 @@ from evalgate.gate import (
     parse_drift_budget,
 )
 from evalgate.store.records import Pair, Record
+from tests.helpers.records import record
 
 VOCAB = 64
 K = 20
@@ -36,10 +37,9 @@ def _top(logp: np.ndarray) -> list[list[float]]:
 def _record(
     arm: str, doc: str, tops: list[list[list[float]]], loglik: float, *, sent: str | None = None
 ) -> Record:
-    return Record(
-        run_id="r", arm=arm, variant=arm, suite="drift", suite_version=1, item_id=doc, repeat=0,
-        prompt_hash=f"p-{doc}", target=None, response={"top": tops}, extracted=None,
-        metrics={"loglik": loglik, "tokens": float(len(tops))},
+    return record(
+        arm, doc, {"loglik": loglik, "tokens": float(len(tops))}, suite="drift",
+        prompt_hash=f"p-{doc}", response={"top": tops},
         extra={"sent_hash": sent or hashlib.sha256(doc.encode()).hexdigest()[:16], "prompt_tokens": 40},
     )  # fmt: skip
 
@@ -113,8 +113,7 @@ def test_drift_rows_join_the_holm_family_with_the_accuracy_rows() -> None:
     """One binary suite (its accuracy row and its flip row) + two gated drift rows: Holm over 4."""
     acc = []
     for i in range(50):
-        rb = Record(run_id="r", arm="baseline", variant="b", suite="arc", suite_version=1, item_id=str(i),
-                    repeat=0, prompt_hash=str(i), target=0, response=None, extracted=None, metrics={"acc": 1.0})  # fmt: skip
+        rb = record("baseline", str(i), {"acc": 1.0}, suite="arc", variant="b", target=0)
         acc.append(Pair(str(i), 0, rb, rb))
     v = decide(
         {"arc": (("acc",), acc), "drift": (("loglik", "tokens"), drift_pairs(20, noise=0.05))},
@@ -171,20 +170,7 @@ def _imported(n: int, *, worse: float, seed: int = 0) -> list[Pair]:
         llb = -2.5 * words * float(rng.uniform(0.8, 1.2))
         llc = llb - worse * words * float(rng.uniform(0.5, 1.5))
         recs = [
-            Record(
-                run_id="r",
-                arm=arm,
-                variant=arm,
-                suite="wikitext",
-                suite_version=1,
-                item_id=str(d),
-                repeat=0,
-                prompt_hash=str(d),
-                target=None,
-                response=None,
-                extracted=None,
-                metrics={"loglik": ll, "words": words, "bytes": words * 5.5},
-            )
+            record(arm, str(d), {"loglik": ll, "words": words, "bytes": words * 5.5}, suite="wikitext")
             for arm, ll in (("baseline", llb), ("candidate", llc))
         ]
         out.append(Pair(str(d), 0, *recs))

@@ -4,23 +4,11 @@ from scipy.stats import binom
 
 from evalgate.gate import GatePolicy, decide
 from evalgate.store.records import Pair, Record
+from tests.helpers.records import record
 
 
 def _rec(arm: str, i: int, acc: int) -> Record:
-    return Record(
-        run_id="r",
-        arm=arm,
-        variant=arm,
-        suite="s",
-        suite_version=1,
-        item_id=str(i),
-        repeat=0,
-        prompt_hash="h",
-        target=0,
-        response=None,
-        extracted=None,
-        metrics={"acc": float(acc)},
-    )
+    return record(arm, str(i), {"acc": float(acc)}, prompt_hash="h", target=0)
 
 
 def pairs(n11: int, n10: int, n01: int, n00: int) -> list[Pair]:
