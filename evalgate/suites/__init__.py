@@ -9,13 +9,15 @@ are suites of their own.
 How to add one: write ``suites/<name>.py`` with a factory ``name -> Suite`` (for an lm-eval task,
 a few lines around ``LmEvalSuite`` and a ``LocalData`` for ``--data-dir``, as ``arc.py`` does);
 subclass ``Suite`` and override only the facts that differ from its defaults; declare its options
-as a pydantic ``settings`` model (``[suites.<name>]``, ``--suite-opt``); register it in
-``default_registry`` below (and ``CHAT_VARIANTS`` if it has a chat variant). Bump ``version``
-whenever its prompts or scoring change (every record carries it). ``tests/suites/test_contract.py``
+as a pydantic ``settings`` model (``[suites.<name>]``, ``--suite-opt``); add it to ``BUILT_IN``
+below (and ``CHAT_VARIANTS`` if it has a chat variant). Bump ``version`` whenever its prompts or
+scoring change (every record carries it). ``tests/suites/test_contract.py``
 checks that every registered suite subclasses the contract and lists the facts each declares.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from evalgate.errors import ConfigError
 from evalgate.suites._base import (
@@ -67,21 +69,28 @@ __all__ = [
 ]
 
 
+BUILT_IN: dict[str, Callable[[str], Suite]] = {
+    "gsm8k": gsm8k,
+    "arc_easy": arc,
+    "arc_challenge": arc,
+    "mmlu": mmlu,
+    "mmlu_pro": mmlu_pro,
+    "gsm8k_chat": gsm8k_chat,
+    "arc_easy_chat": arc_chat,
+    "arc_challenge_chat": arc_chat,
+    "mmlu_pro_chat": mmlu_pro_chat,
+    "tool_calls": tool_calls,
+    "long_context": long_context,
+    "drift": drift,
+}
+"""Name -> factory of each built-in suite, in ``--help``'s order; ``private:<dir>`` is registered by prefix."""
+
+
 def default_registry() -> Registry:
     """A fresh registry with every built-in suite (no global state to leak between runs)."""
     reg = Registry()
-    reg.register("gsm8k", gsm8k)
-    reg.register("arc_easy", arc)
-    reg.register("arc_challenge", arc)
-    reg.register("mmlu", mmlu)
-    reg.register("mmlu_pro", mmlu_pro)
-    reg.register("gsm8k_chat", gsm8k_chat)
-    reg.register("arc_easy_chat", arc_chat)
-    reg.register("arc_challenge_chat", arc_chat)
-    reg.register("mmlu_pro_chat", mmlu_pro_chat)
-    reg.register("tool_calls", tool_calls)
-    reg.register("long_context", long_context)
-    reg.register("drift", drift)
+    for name, factory in BUILT_IN.items():
+        reg.register(name, factory)
     reg.register("private", private, prefix=True)
     return reg
 
