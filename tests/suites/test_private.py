@@ -11,16 +11,15 @@ import pytest
 
 from evalgate.errors import ConfigError
 from evalgate.suites import SuiteOptions, default_registry
-from evalgate.suites.private import (
+from evalgate.suites._graders import (
     choice_letter,
     exact_match,
     extract_choice,
     last_number,
-    load_exam,
     numeric_match,
-    private,
     regex_match,
 )
+from evalgate.suites.private import load_exam, private
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "suites" / "private" / "example"
