@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 
 import pytest
 
 from evalgate.engines.client import HttpClient, RequestFailed, RetryPolicy
 from evalgate.errors import ServerDied
+from tests.helpers.post_server import post_server
 
 
 class Script:
@@ -22,28 +22,16 @@ class Script:
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, Script]]:
+    """Answers each POST with the next scripted status (200 when none is left), recording it."""
     script = Script([])
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            script.seen.append({"auth": self.headers.get("Authorization"), "body": body})
-            status = script.statuses.pop(0) if script.statuses else 200
-            payload = json.dumps({"ok": status == 200}).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def answer(headers: Message, body: bytes) -> tuple[int, object]:
+        script.seen.append({"auth": headers.get("Authorization"), "body": json.loads(body)})
+        status = script.statuses.pop(0) if script.statuses else 200
+        return status, {"ok": status == 200}
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}", script
-    httpd.shutdown()
+    with post_server(answer) as url:
+        yield url, script
 
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02, timeout_s=5)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from evalgate.store.records import RecordStore
 from tests.helpers.background import background_apps
 from tests.helpers.guards import KEYS, MARKERS, Capture, N, compare, exam
 from tests.helpers.hostile_server import Hostile, hostile_app
+from tests.helpers.post_server import post_server
 
 __all__ = ["exam"]  # fixtures
 
@@ -61,25 +62,11 @@ class HttpEngine(FakeEngine):
 def echo() -> Iterator[str]:
     """Answers every POST with a 500 whose body is the request and its Authorization header."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            echoed = json.dumps(
-                {"error": "boom", "auth": self.headers.get("Authorization"), "request": body.decode()}
-            )
-            data = echoed.encode()
-            self.send_response(500)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(headers: Message, body: bytes) -> tuple[int, object]:
+        return 500, {"error": "boom", "auth": headers.get("Authorization"), "request": body.decode()}
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_port}"
-    httpd.shutdown()
+    with post_server(answer) as url:
+        yield url
 
 
 @pytest.fixture
