@@ -30,7 +30,7 @@ from evalgate.report import render_run
 from evalgate.report.lengths_svg import lengths_chart
 from evalgate.report.terminal import print_verdict
 from evalgate.store.records import Pair, Record, RecordStore
-from tests.helpers.runs import SynthSuite, build_run
+from tests.helpers.runs import SynthSuite, build_run, rendered_page
 
 SUITE, METRIC = "long_context", "string_match_all"
 Counts = tuple[int, int, int, int]
@@ -323,8 +323,7 @@ def test_terminal_prints_the_length_table() -> None:
 
 def test_a_run_without_lengths_renders_without_the_panel(tmp_path: Path) -> None:
     run = build_run(tmp_path / "run", [SynthSuite("gsm8k", (40, 3, 2, 5))])
-    render_run(run)
-    page = (run / "report.html").read_text(encoding="utf-8")
+    page = rendered_page(run)
     assert "by context length" not in page and 'class="lengths"' not in page
     assert "lengths" not in json.loads((run / "verdict.json").read_text())
     assert "context length" not in (run / "summary.md").read_text(encoding="utf-8")

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgate.report import render_run
 from evalgate.store.manifest import MANIFEST_SCHEMA, Manifest, write_manifest
 from evalgate.store.records import Record, RecordStore
 
-__all__ = ["SynthSuite", "build_run"]
+__all__ = ["SynthSuite", "build_run", "rendered_page"]
 
 Text = Callable[[str, int, bool], str]
 """(arm, item index, correct) -> the response text of a generate suite."""
@@ -133,6 +134,12 @@ def build_run(
     manifest.update(extra or {})
     write_manifest(root, Manifest.model_validate(manifest))
     return root
+
+
+def rendered_page(run_dir: Path) -> str:
+    """Render the run folder (``render_run`` writes every output) and return its report.html."""
+    render_run(run_dir)
+    return (run_dir / "report.html").read_text(encoding="utf-8")
 
 
 def _args(kv: str) -> list[list[Any]]:

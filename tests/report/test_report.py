@@ -20,7 +20,7 @@ from evalgate.gate import RunData, verdict_for
 from evalgate.report import OUTPUTS, render_run
 from evalgate.report._view import build_view
 from evalgate.report.markdown import LIMIT
-from tests.helpers.runs import SynthSuite, build_run
+from tests.helpers.runs import SynthSuite, build_run, rendered_page
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(document.domain)>'
@@ -220,9 +220,7 @@ def test_pass_run_with_margin_and_optional_sections(tmp_path: Path) -> None:
 
 
 def test_absent_optional_sections_are_omitted(tmp_path: Path) -> None:
-    run_dir = build_run(tmp_path / "run", [SynthSuite("gsm8k", (10, 0, 0, 10))])
-    render_run(run_dir)
-    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    page = rendered_page(build_run(tmp_path / "run", [SynthSuite("gsm8k", (10, 0, 0, 10))]))
     assert 'id="aa"' not in page and 'id="kernel_check"' not in page and 'fill="#dafbe1"' not in page
     assert "The arms agree on every item." in page
 
