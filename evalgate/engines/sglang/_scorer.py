@@ -35,23 +35,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 import aiohttp
 
 from evalgate.engines._decoding import decode_prompt
+from evalgate.engines._openai import OpenAIScorer
 from evalgate.engines._scoring import (
-    BatchScorer,
-    check_chat,
     check_logprob,
     check_positions,
-    completion_result,
     forced_split,
     invalid,
     parsing,
     token_ids,
 )
-from evalgate.engines.api import CacheObservation, Decoded, Generation, LogLik, Position, Split
+from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed
 from evalgate.engines.sglang._decode import answered_positions, decode_payload, read_decoded
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
@@ -62,7 +61,6 @@ __all__ = [
     "FLUSH_TRIES",
     "FLUSH_WAIT_S",
     "SGLangScorer",
-    "continued",
     "distributions_payload",
     "loglikelihood_payload",
     "read_continuation_logprobs",
@@ -77,10 +75,14 @@ FLUSH_RETRY_S = 1.0
 """Pause before the second flush (twice that before the third)."""
 
 
-class SGLangScorer(BatchScorer):
-    """Loglikelihood, generation, chat, tokenization and cache control against one SGLang server."""
+class SGLangScorer(OpenAIScorer):
+    """Loglikelihood, generation, chat, tokenization and cache control against one SGLang server;
+    generation and chat are ``OpenAIScorer``'s (``top_p``, ``top_k``, ``min_p`` are
+    ``CompletionRequest`` fields in 0.5.23, and SGLang trims its own stop strings)."""
 
     label = "SGLang"
+    prefill_fields = MappingProxyType({"continue_final_message": True})
+    """Without it SGLang turns a final assistant message into a *user* message (module docstring)."""
 
     # -- tokenizer ---------------------------------------------------------------------------
     async def _tokenize(self, text: str) -> list[int]:
@@ -123,22 +125,7 @@ class SGLangScorer(BatchScorer):
         data = await self.http.post("/generate", decode_payload(ids, max_tokens=max_tokens, top_k=top_k))
         return read_decoded(data, max_tokens=max_tokens, top_k=top_k, server=self.server)
 
-    # -- generation and chat -----------------------------------------------------------------
-    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
-        payload = {
-            "prompt": prompt,
-            "max_tokens": gen.max_tokens,
-            "stop": list(gen.stop),
-            "temperature": gen.temperature,
-            "seed": gen.seed,
-            **(gen.sampling or {}),  # top_p, top_k, min_p (CompletionRequest fields in 0.5.23)
-        }
-        # SGLang trims its stop strings already; completion_result keeps every engine identical
-        return completion_result(await self.http.post("/v1/completions", payload), gen.stop, self.server)
-
-    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return check_chat(await self.http.post("/v1/chat/completions", continued(payload)), self.server)
-
+    # -- chat template (generate and chat are OpenAIScorer's) --------------------------------
     async def render_chat(self, messages: list[dict[str, Any]]) -> str:
         """The prompt SGLang builds for these messages, exactly as a chat completion would."""
         try:
@@ -222,15 +209,6 @@ class SGLangScorer(BatchScorer):
                 fix="check the API key and that this is an SGLang server",
             )
         return parse_server_info(raw, [self.handle.api_key])
-
-
-def continued(payload: dict[str, Any]) -> dict[str, Any]:
-    """``payload`` with ``continue_final_message`` when its last message is the assistant's (a
-    prefill to continue), so SGLang does not make it a user message; otherwise as it is."""
-    messages = payload.get("messages") or []
-    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
-        return {**payload, "continue_final_message": True}
-    return payload
 
 
 def loglikelihood_payload(splits: Sequence[tuple[list[int], list[int]]]) -> dict[str, Any]:

@@ -47,23 +47,22 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 from evalgate.engines._decoding import decode_prompt
 from evalgate.engines._launcher import ServerHandle
+from evalgate.engines._openai import OpenAIScorer
 from evalgate.engines._scoring import (
-    BatchScorer,
-    check_chat,
     check_logprob,
     check_positions,
     completion_observation,
-    completion_result,
     forced_split,
     invalid,
     parsing,
     token_ids,
 )
-from evalgate.engines.api import CacheObservation, Decoded, Generation, LogLik, Position, Split
+from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed, RetryPolicy
 from evalgate.engines.vllm._decode import decode_payload, read_decoded
 from evalgate.engines.vllm._diagnose import TESTED_VERSION
@@ -192,10 +191,15 @@ def _top1(picked: dict[str, Any], position: dict[str, Any]) -> bool:
     return float(picked["logprob"]) >= max(float(v["logprob"]) for v in position.values())
 
 
-class VLLMScorer(BatchScorer):
-    """Loglikelihood, generation, chat and tokenization against one vLLM server."""
+class VLLMScorer(OpenAIScorer):
+    """Loglikelihood, generation, chat and tokenization against one vLLM server; generation and
+    chat are ``OpenAIScorer``'s with the served model named (``top_p``, ``top_k``, ``min_p`` are
+    vLLM's sampling fields on the completions request, and vLLM trims its own stop strings)."""
 
     label = "vLLM"
+    prefill_fields = MappingProxyType({"continue_final_message": True, "add_generation_prompt": False})
+    """Continue the final assistant message, and open no new turn: vLLM refuses the first with the
+    default ``add_generation_prompt: true`` (module docstring)."""
 
     def __init__(
         self, handle: ServerHandle, *, concurrency: int, seed: int = 0, retry: RetryPolicy | None = None
@@ -205,6 +209,7 @@ class VLLMScorer(BatchScorer):
         super().__init__(handle, concurrency=concurrency, seed=seed, retry=retry)
 
     def _with_model(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` naming the served model, as ``/v1/models`` named it at readiness."""
         return {"model": self.model, **body} if self.model else body
 
     async def _tokenize(self, text: str) -> list[int]:
@@ -272,19 +277,6 @@ class VLLMScorer(BatchScorer):
         data = await self._logprobs(decode_payload(ids, max_tokens=max_tokens, top_k=top_k, model=self.model))
         return read_decoded(data, max_tokens=max_tokens, top_k=top_k, server=self.server)
 
-    async def generate(self, prompt: str, gen: Generation) -> dict[str, Any]:
-        payload = {
-            "prompt": prompt,
-            "max_tokens": gen.max_tokens,
-            "stop": list(gen.stop),
-            "temperature": gen.temperature,
-        }
-        data = await self.http.post(
-            "/v1/completions", self._with_model({**payload, "seed": gen.seed, **(gen.sampling or {})})
-        )  # top_p, top_k, min_p: vLLM's sampling fields on the completions request
-        # vLLM trims its stop strings already; completion_result keeps every engine identical
-        return completion_result(data, gen.stop, self.server)
-
     async def cached_request(
         self, prompt_ids: Sequence[int], *, salt: str | None, max_tokens: int = 1
     ) -> CacheObservation:
@@ -305,14 +297,6 @@ class VLLMScorer(BatchScorer):
         start = time.perf_counter()
         data = await self.http.post("/v1/completions", self._with_model(body))
         return completion_observation(data, time.perf_counter() - start, self.server)
-
-    async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        messages = payload.get("messages") or []
-        if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
-            payload = {**payload, "continue_final_message": True, "add_generation_prompt": False}
-        return check_chat(
-            await self.http.post("/v1/chat/completions", self._with_model(payload)), self.server
-        )
 
     async def render_chat(self, messages: list[dict[str, Any]]) -> str:
         """The prompt vLLM builds for these messages: ``/tokenize`` renders them as a chat completion
