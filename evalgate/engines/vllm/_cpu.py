@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 from evalgate.config import VLLMConfig
+from evalgate.engines._cpu import CPUEngineDefaults
 from evalgate.engines._cpu_setup import checkpoint_dir
 from evalgate.engines._gpu import package_version
 from evalgate.engines._isa import IsaReport, require_any
 from evalgate.engines._launcher import LaunchSlot, ServerHandle
-from evalgate.engines.api import CPU_SMOKE_ITEMS
 from evalgate.engines.gguf import DEFAULT_MODEL, cache_dir
 from evalgate.engines.vllm._engine import VLLMEngine
 from evalgate.errors import ConfigError
@@ -66,7 +66,7 @@ def w4a16_dir(root: Path) -> Path:
     return root / f"{DEFAULT_MODEL}.Q4_0-w4a16"
 
 
-class VLLMCPUEngine(VLLMEngine):
+class VLLMCPUEngine(CPUEngineDefaults, VLLMEngine):
     """VLLMEngine with the CPU server, flags and environment on both arms, the setup venv's python
     and the default model's converted checkpoint unless ``[vllm] model`` names another."""
 
@@ -150,12 +150,3 @@ class VLLMCPUEngine(VLLMEngine):
     @property
     def concurrent_arms(self) -> bool:
         return False
-
-    def default_gen_cap(self, preset: str) -> int | None:
-        return 256 if preset == "smoke" else None
-
-    def default_items(self, preset: str) -> Mapping[str, int]:
-        return CPU_SMOKE_ITEMS if preset == "smoke" else {}
-
-    def request_timeout_s(self) -> float:
-        return 600.0  # a CPU decodes a few tokens a second per sequence beside a busy neighbour
