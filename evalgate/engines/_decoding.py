@@ -11,18 +11,27 @@ that reads the keys and values of everything before it back from the KV cache.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from evalgate.engines._scoring import TOP_TOLERANCE, check_positions, invalid
 from evalgate.engines.api import Decoded
 
-__all__ = ["FINISH_REASONS", "check_decoded", "decode_prompt"]
+__all__ = ["FINISH_REASONS", "NEUTRAL_PENALTIES", "check_decoded", "decode_prompt"]
 
 FINISH_REASONS = frozenset({"stop", "length"})
 """How a greedy generation may end: at a stop token ("stop") or at its token cap ("length": the
 request's ``max_tokens``, or the server's context window). An abort, an error or a repetition
 guard is no generation to compare."""
+
+NEUTRAL_PENALTIES: Mapping[str, float] = MappingProxyType(
+    {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+)
+"""The penalties SGLang's and vLLM's decode requests send at their neutral values (both servers'
+names): each fills a field a request leaves out from its own defaults (SGLang's
+``--preferred-sampling-params``, vLLM's generation config), and a penalty there would move the
+greedy pick off the reported top-1 (each engine's ``_decode`` cites the source)."""
 
 
 def decode_prompt(prompt: Sequence[int], *, max_tokens: int, top_k: int) -> list[int]:

@@ -41,14 +41,22 @@ the stop token (``_check_vocab_boundary_finish``), which is read as the invalid 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
-from evalgate.engines._decoding import check_decoded
+from evalgate.engines._decoding import NEUTRAL_PENALTIES, check_decoded
 from evalgate.engines._scoring import invalid, parsing
 from evalgate.engines.api import Decoded
 
-__all__ = ["NAN_FINISH", "answered_positions", "decode_payload", "read_decoded"]
+__all__ = [
+    "NAN_FINISH",
+    "Side",
+    "answered_positions",
+    "decode_payload",
+    "logprob_lists",
+    "one_result",
+    "read_decoded",
+]
 
 NAN_FINISH = "NaN happened"
 """The ``matched`` of the finish SGLang gives a step whose sampled id fell outside the vocabulary."""
@@ -62,9 +70,7 @@ def decode_payload(prompt: Sequence[int], *, max_tokens: int, top_k: int) -> dic
         "sampling_params": {
             "max_new_tokens": max_tokens,
             "temperature": 0.0,
-            "repetition_penalty": 1.0,
-            "frequency_penalty": 0.0,
-            "presence_penalty": 0.0,
+            **NEUTRAL_PENALTIES,
             "min_new_tokens": 0,
         },
         "return_logprob": True,
@@ -73,9 +79,41 @@ def decode_payload(prompt: Sequence[int], *, max_tokens: int, top_k: int) -> dic
     }
 
 
-def answered_positions(entries: Sequence[Any], tops: Sequence[Any]) -> list[tuple[Any, Any, Any]]:
-    """SGLang's ``[logprob, id, text]`` entries and their top lists as ``check_positions`` takes them:
-    (id, logprob, [(id, logprob), ...]) per position; the prompt's and the output's alike."""
+Side = Literal["input", "output"]
+"""Which tokens a ``meta_info`` list is about: the prompt's (``input_*``) or the generated ones."""
+_WORDS: dict[Side, tuple[str, str, str]] = {
+    "input": ("prompt", "forced", "logprob_start_len or top_logprobs_num"),
+    "output": ("output", "generated", "top_logprobs_num"),
+}
+"""Per side, for a miscount: whose logprobs, which tokens, and what such an SGLang ignored."""
+
+
+def one_result(out: Any) -> Any:
+    """The result of a ``/generate`` for one request, which SGLang may answer as a batch of one."""
+    return out[0] if isinstance(out, list) and len(out) == 1 else out
+
+
+def logprob_lists(meta: Mapping[str, Any], side: Side) -> tuple[list[Any], list[Any]]:
+    """``meta_info``'s ``{side}_token_logprobs`` (``[logprob, id, text]`` per token) and
+    ``{side}_top_logprobs`` (a list of those per token, best first); the input side without its
+    first entry, which SGLang never computes (None: ``_scorer``'s module docstring)."""
+    skip = 1 if side == "input" else 0
+    entries = list(meta.get(f"{side}_token_logprobs") or [])[skip:]
+    return entries, list(meta.get(f"{side}_top_logprobs") or [])[skip:]
+
+
+def answered_positions(
+    entries: Sequence[Any], tops: Sequence[Any], n: int, server: str, *, side: Side
+) -> list[tuple[Any, Any, Any]]:
+    """SGLang's entries and top lists of ``n`` tokens as ``check_positions`` takes them: (id,
+    logprob, [(id, logprob), ...]) per position; another count of either is an InvalidResponse."""
+    if len(entries) != n or len(tops) != n:
+        whose, tokens, ignored = _WORDS[side]
+        raise invalid(
+            server,
+            f"returned {len(entries)} {whose} logprobs and {len(tops)} top lists for {n} {tokens} tokens "
+            f"(an SGLang that ignores {ignored}: upgrade SGLang)",
+        )
     return [
         (entry[1], entry[0], None if top is None else [(t[1], t[0]) for t in top])
         for entry, top in zip(entries, tops, strict=True)
@@ -87,20 +125,12 @@ def read_decoded(out: Any, *, max_tokens: int, top_k: int, server: str = "SGLang
     server that leaves them out, the ids of ``output_token_logprobs``), each token's entry and top
     list lined up with it, checked by ``check_decoded``."""
     with parsing(server, "/generate output logprobs"):
-        if isinstance(out, list) and len(out) == 1:
-            out = out[0]
+        out = one_result(out)
         meta = out.get("meta_info") or {}
-        entries = list(meta.get("output_token_logprobs") or [])
-        tops = list(meta.get("output_top_logprobs") or [])
+        entries, tops = logprob_lists(meta, "output")
         ids = out.get("output_ids")
         tokens = list(ids) if ids is not None else [e[1] for e in entries]
-        if len(entries) != len(tokens) or len(tops) != len(tokens):
-            raise invalid(
-                server,
-                f"returned {len(entries)} output logprobs and {len(tops)} top lists for {len(tokens)} "
-                "generated tokens (an SGLang that ignores top_logprobs_num: upgrade SGLang)",
-            )
-        answered = answered_positions(entries, tops)
+        answered = answered_positions(entries, tops, len(tokens), server, side="output")
         finish = meta.get("finish_reason")
         kind = finish.get("type") if isinstance(finish, dict) else finish
         if isinstance(finish, dict) and finish.get("matched") == NAN_FINISH:

@@ -52,7 +52,13 @@ from evalgate.engines._scoring import (
 )
 from evalgate.engines.api import CacheObservation, Decoded, LogLik, Position, Split
 from evalgate.engines.client import RequestFailed
-from evalgate.engines.sglang._decode import answered_positions, decode_payload, read_decoded
+from evalgate.engines.sglang._decode import (
+    answered_positions,
+    decode_payload,
+    logprob_lists,
+    one_result,
+    read_decoded,
+)
 from evalgate.engines.sglang._server_info import get_server_info, parse_server_info
 from evalgate.errors import PreflightError
 
@@ -227,9 +233,7 @@ def read_continuation_logprobs(out: Any, cont: list[int], *, server: str = "SGLa
     """Sum and greedy flag of ``cont`` from one ``/generate`` result (see the module docstring);
     one finite logprob <= 0 per continuation token, else an InvalidResponse naming ``server``."""
     with parsing(server, "/generate prompt logprobs"):
-        meta = out.get("meta_info") or {}
-        entries = list(meta.get("input_token_logprobs") or [])[1:]
-        tops = list(meta.get("input_top_logprobs") or [])[1:]
+        entries, tops = logprob_lists(out.get("meta_info") or {}, "input")
         if len(entries) != len(cont):
             raise invalid(
                 server,
@@ -268,16 +272,6 @@ def read_positions(out: Any, forced: list[int], *, top_k: int, server: str = "SG
     (``[logprob, id, text]``) and ``input_top_logprobs`` (a list of those per position), each
     without its leading None, checked by ``check_positions``."""
     with parsing(server, "/generate prompt logprobs"):
-        if isinstance(out, list) and len(out) == 1:
-            out = out[0]
-        meta = out.get("meta_info") or {}
-        entries = list(meta.get("input_token_logprobs") or [])[1:]
-        tops = list(meta.get("input_top_logprobs") or [])[1:]
-        if len(entries) != len(forced) or len(tops) != len(forced):
-            raise invalid(
-                server,
-                f"returned {len(entries)} prompt logprobs and {len(tops)} top lists for {len(forced)} "
-                "forced tokens (an SGLang that ignores logprob_start_len or top_logprobs_num: upgrade SGLang)",
-            )
-        answered = answered_positions(entries, tops)
+        entries, tops = logprob_lists(one_result(out).get("meta_info") or {}, "input")
+        answered = answered_positions(entries, tops, len(forced), server, side="input")
     return check_positions(answered, forced, server, top_k=top_k)

@@ -46,7 +46,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from evalgate.engines._decoding import check_decoded
+from evalgate.engines._decoding import NEUTRAL_PENALTIES, check_decoded
 from evalgate.engines._scoring import first_choice, invalid, parsing
 from evalgate.engines.api import Decoded
 
@@ -67,9 +67,7 @@ def decode_payload(
         "logprobs": top_k,
         "return_tokens_as_token_ids": True,
         "return_token_ids": True,
-        "repetition_penalty": 1.0,
-        "frequency_penalty": 0.0,
-        "presence_penalty": 0.0,
+        **NEUTRAL_PENALTIES,
     }
     return {"model": model, **body} if model else body
 
