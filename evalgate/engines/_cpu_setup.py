@@ -1,6 +1,7 @@
 """What the two CPU engines' setups share (``evalgate setup --sglang-cpu`` and ``--vllm-cpu``):
-one setup command run with its output tail on failure (``run_step``), the engine's venv made
-(``make_venv``) and its server imported in it (``venv_import_check``), a GGUF converted to a
+the install folder and its venv made and every step run and reported one line each
+(``run_steps``), one setup command run with its output tail on failure (``run_step``), the
+engine's server imported in its venv (``venv_import_check``), a GGUF converted to a
 folder once per GGUF (``convert_once``), the default model's Hugging Face twins of its GGUFs
 (``checkpoint_dir``, which both engines serve) and llama.cpp's quantizer that makes those GGUFs.
 Both engine packages import it; neither imports the other (``tests/test_imports.py``)."""
@@ -12,7 +13,9 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from evalgate.engines.gguf import DEFAULT_MODEL, file_sha256
@@ -20,16 +23,21 @@ from evalgate.errors import InfraError
 
 __all__ = [
     "CPU_WEIGHTS",
+    "Step",
     "checkpoint_dir",
     "convert_once",
     "llama_quantize",
-    "make_venv",
     "run_step",
+    "run_steps",
     "venv_import_check",
 ]
 
 CPU_WEIGHTS = {"bf16": "F16", "int4": "Q4_0"}
 """Weights precision -> the GGUF (``evalgate.engines.gguf.GGUF_TYPES``) whose Hugging Face twin serves it."""
+
+
+Step = tuple[str, Callable[[], str]]
+"""One setup step: its name, and the call that does it and returns one line of what it did (or kept)."""
 
 
 def checkpoint_dir(root: Path, weights: str) -> Path:
@@ -42,6 +50,40 @@ def llama_quantize() -> Path:
     from evalgate.engines.llamacpp import find_binary  # only a setup loads the llama.cpp engine
 
     return find_binary("llama-quantize")
+
+
+def run_steps(
+    label: str,
+    root: Path,
+    python: Path,
+    in_order: Sequence[Step],
+    side_by_side: Sequence[Step] = (),
+    *,
+    say: Callable[[str], None],
+) -> None:
+    """Make the install folder ``root`` and its venv (whose interpreter is ``python``), then run
+    each step and say ``<label> [n/total] name: what (seconds)``, the venv the first:
+    ``in_order`` one after another, then ``side_by_side`` at the same time (children of the venv's
+    python), their lines still in step order; the first failure raises once all have ended."""
+    root.mkdir(parents=True, exist_ok=True)
+    steps = [("venv", lambda: _venv(root, python, label)), *in_order]
+    total = len(steps) + len(side_by_side)
+    for n, (name, step) in enumerate(steps, 1):
+        what, seconds = _timed(step)
+        say(f"{label} [{n}/{total}] {name}: {what} ({seconds:.0f} s)")
+    if not side_by_side:
+        return
+    with ThreadPoolExecutor(max_workers=len(side_by_side)) as pool:
+        futures = [pool.submit(_timed, step) for _, step in side_by_side]
+        for n, ((name, _), future) in enumerate(zip(side_by_side, futures, strict=True), len(steps) + 1):
+            what, seconds = future.result()  # in step order; the first failure raises once all ended
+            say(f"{label} [{n}/{total}] {name}: {what} ({seconds:.0f} s)")
+
+
+def _timed(step: Callable[[], str]) -> tuple[str, float]:
+    start = time.monotonic()
+    what = step()
+    return what, time.monotonic() - start
 
 
 def run_step(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> str:
@@ -63,12 +105,16 @@ def run_step(cmd: list[str], what: str, fix: str, *, timeout: float = 3600) -> s
     return proc.stdout
 
 
-def make_venv(root: Path, python: Path, *, what: str, fix: str) -> str:
+def _venv(root: Path, python: Path, label: str) -> str:
     """``root/venv`` made by this interpreter's venv module, unless its ``python`` is there already."""
     venv = root / "venv"
     if python.exists():
         return f"{venv} (kept)"
-    run_step([sys.executable, "-m", "venv", str(venv)], what, fix)
+    run_step(
+        [sys.executable, "-m", "venv", str(venv)],
+        f"creating the {label} venv",
+        "check that Python's venv module is installed (Debian: apt-get install python3-venv)",
+    )
     return str(venv)
 
 

@@ -123,7 +123,7 @@ def test_setup_is_idempotent_and_says_each_step(root: Path, monkeypatch: pytest.
     gguf = root / "x.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.setattr(_cpu_install, "run_step", run)
-    monkeypatch.setattr("evalgate.engines._cpu_setup.run_step", run)  # the venv and import check
+    monkeypatch.setattr("evalgate.engines._cpu_setup.run_step", run)  # the import check
     monkeypatch.setattr("evalgate.engines.llamacpp.find_binary", lambda name="": Path("/bin/true"))
     monkeypatch.setattr(_cpu_install, "derived_gguf", lambda weights, binary: gguf)
     (root / "venv" / "evalgate-packages.txt").write_text(

@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from evalgate.engines._cpu_setup import convert_once, llama_quantize, make_venv, run_step, venv_import_check
+from evalgate.engines._cpu_setup import (
+    Step,
+    convert_once,
+    llama_quantize,
+    run_step,
+    run_steps,
+    venv_import_check,
+)
 from evalgate.engines.gguf import derived_gguf
 from evalgate.engines.sglang._cpu import CPU_WEIGHTS, checkpoint_dir, default_root, venv_python
 from evalgate.engines.sglang._diagnose import TESTED_VERSION
@@ -105,7 +110,6 @@ IMPORT_FIX = (
     "a requirement is missing from evalgate/engines/sglang/_cpu_install.py LEAN_PACKAGES, or the "
     "stand-in lacks a name SGLang imports (_standin.py); the last line below names it"
 )
-VENV_FIX = "check that Python's venv module is installed (Debian: apt-get install python3-venv)"
 
 Say = Callable[[str], None]
 
@@ -114,36 +118,20 @@ def install_sglang_cpu(root: Path | None = None, *, say: Say = print) -> Path:
     """Make ``root`` (default ``default_root()``) hold a venv with SGLang and the converted
     checkpoints; idempotent. Returns the venv's python."""
     root = (root or default_root()).resolve()
-    root.mkdir(parents=True, exist_ok=True)
     python = venv_python(root)
-    in_order: list[tuple[str, Callable[[], str]]] = [
-        ("venv", lambda: make_venv(root, python, what="creating the SGLang venv", fix=VENV_FIX)),
+    in_order: list[Step] = [
         ("packages", lambda: _packages(root, python)),
         ("sgl_kernel stand-in", lambda: _standin(python)),
     ]
     # Each of these is a child of the venv's python that computes on one thread for the most part
     # (torch's import, a 135M model): side by side they take about as long as the longest alone,
     # not the sum (2 cores: ~100 s of ~215 s).
-    side_by_side: list[tuple[str, Callable[[], str]]] = [
+    side_by_side: list[Step] = [
         ("import check", lambda: _import_check(python)),
         *((f"checkpoint {w}", lambda w=w: _checkpoint(root, python, w)) for w in CPU_WEIGHTS),
     ]
-    total = len(in_order) + len(side_by_side)
-    for n, (name, step) in enumerate(in_order, 1):
-        what, seconds = _timed(step)
-        say(f"sglang-cpu [{n}/{total}] {name}: {what} ({seconds:.0f} s)")
-    with ThreadPoolExecutor(max_workers=len(side_by_side)) as pool:
-        futures = [pool.submit(_timed, step) for _, step in side_by_side]
-        for n, ((name, _), future) in enumerate(zip(side_by_side, futures, strict=True), len(in_order) + 1):
-            what, seconds = future.result()  # in step order; the first failure raises once all ended
-            say(f"sglang-cpu [{n}/{total}] {name}: {what} ({seconds:.0f} s)")
+    run_steps("sglang-cpu", root, python, in_order, side_by_side, say=say)
     return python
-
-
-def _timed(step: Callable[[], str]) -> tuple[str, float]:
-    start = time.monotonic()
-    what = step()
-    return what, time.monotonic() - start
 
 
 def _packages(root: Path, python: Path) -> str:

