@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from evalgate.engines.llamacpp import PROPS, total_slots
 from evalgate.engines.sglang import run_levels, server_limits
 from evalgate.errors import ConfigError, InfraError
 from evalgate.store.manifest import Manifest
@@ -95,9 +96,9 @@ async def _probe(session: aiohttp.ClientSession, base: str, api_key: str | None)
             fix="check the URL and that the server is up; set EVALGATE_API_KEY if it needs a key",
         )
     data = (models.get("data") or []) if isinstance(models, dict) else []
-    props = await _json(session, "GET", base + "/props") or {}
+    props = await _json(session, "GET", base + PROPS)  # llama-server reports its slots there
     limits = await asyncio.to_thread(server_limits, base, api_key)  # an SGLang server says more
-    slots = props.get("total_slots") if isinstance(props, dict) else None
+    slots = total_slots(props)
     if slots is None:
         slots = limits["slots"]
     return {

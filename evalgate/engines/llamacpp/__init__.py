@@ -1,6 +1,7 @@
 """llama.cpp's ``llama-server``, the embedded CPU engine: launch (``_engine``), scoring through
 forced-token grammars (``_scorer``), failure diagnosis (``_diagnose``), the KV cache from its log
-(``_capacity``) and attach mode's reading of a running server (``_attach``)."""
+(``_capacity``), attach mode's reading of a running server (``_attach``) and its ``/props``
+(``_props``)."""
 
 from evalgate.engines.llamacpp._attach import DIALECT
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
@@ -12,11 +13,13 @@ from evalgate.engines.llamacpp._engine import (
     binary_version,
     find_binary,
 )
+from evalgate.engines.llamacpp._props import PROPS, total_slots
 from evalgate.engines.llamacpp._scorer import LlamaCppScorer
 
 __all__ = [
     "DIALECT",
     "PORTABLE_CMAKE_ARGS",
+    "PROPS",
     "QUANT_KEYS",
     "TOOLS_TEMPLATE",
     "LlamaCppEngine",
@@ -28,4 +31,5 @@ __all__ = [
     "find_binary",
     "kv_buffer_sizes",
     "llamacpp_capacity",
+    "total_slots",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.api import AttachDialect, Get
+from evalgate.engines.llamacpp._props import PROPS, as_props
 from evalgate.engines.llamacpp._provenance import props_provenance
 from evalgate.engines.llamacpp._scorer import LlamaCppScorer
 
@@ -18,9 +19,7 @@ __all__ = ["DIALECT"]
 
 
 def _read(get: Get) -> dict[str, Any] | None:
-    data = get("/props")
-    ok = isinstance(data, dict) and any(k in data for k in ("total_slots", "default_generation_settings"))
-    return data if ok else None
+    return as_props(get(PROPS))
 
 
 # llama-server draws its media marker at random on every start (tools/server/server-common.h,
@@ -60,7 +59,7 @@ def _scorer(handle: ServerHandle, *, concurrency: int, seed: int, deterministic:
 
 DIALECT = AttachDialect(
     name="llamacpp",
-    endpoint="/props",
+    endpoint=PROPS,
     read=_read,
     fingerprint=_fingerprint,
     settings=_settings,

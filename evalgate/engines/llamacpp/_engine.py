@@ -25,7 +25,8 @@ from evalgate.engines.gguf import DEFAULT_MODEL, derived_gguf
 from evalgate.engines.llamacpp import _diagnose
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
 from evalgate.engines.llamacpp._host import choose_wait_policy
-from evalgate.engines.llamacpp._provenance import llamacpp_provenance, read_props
+from evalgate.engines.llamacpp._props import read_props
+from evalgate.engines.llamacpp._provenance import llamacpp_provenance
 from evalgate.engines.llamacpp._scorer import LlamaCppScorer
 from evalgate.errors import ConfigError
 from evalgate.store.provenance import Provenance
@@ -187,7 +188,9 @@ class LlamaCppEngine(CPUEngineDefaults, Engine):
         )
 
     def provenance(self, handle: ServerHandle) -> Provenance:
-        return llamacpp_provenance(handle.log_path.read_text(errors="replace"), read_props(handle))
+        return llamacpp_provenance(
+            handle.log_path.read_text(errors="replace"), read_props(handle.base_url, handle.api_key)
+        )
 
     def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
         return llamacpp_capacity(handle.log_path.read_text(errors="replace"))

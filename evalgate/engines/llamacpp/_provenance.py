@@ -21,12 +21,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from evalgate.engines._launcher import ServerHandle
 from evalgate.store.provenance import Provenance
 
-__all__ = ["llamacpp_provenance", "props_provenance", "read_props"]
+__all__ = ["llamacpp_provenance", "props_provenance"]
 
 _KV = re.compile(r"llama_kv_cache: size = .*?K \((\w+)\):.*?V \((\w+)\):")
 _FA_SET = re.compile(r"llama_context: flash_attn\s*= (\w+)")
@@ -92,15 +89,3 @@ def props_provenance(fingerprint: Mapping[str, Any]) -> Provenance:
         "default_generation_settings": {"params": fingerprint.get("sampling") or {}},
     }
     return llamacpp_provenance("", props)
-
-
-def read_props(handle: ServerHandle) -> dict[str, Any]:
-    """The launched server's ``/props``, or {} when it does not answer (the log still speaks)."""
-    try:
-        resp = httpx.get(
-            f"{handle.base_url}/props", headers={"Authorization": f"Bearer {handle.api_key}"}, timeout=10.0
-        )
-        data = resp.json() if resp.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -56,6 +56,7 @@ from evalgate.engines.api import (
     Split,
 )
 from evalgate.engines.client import GatewayRoute
+from evalgate.engines.llamacpp._props import PROPS, slot_context
 
 __all__ = [
     "UPGRADE_ATTACHED",
@@ -236,9 +237,7 @@ class LlamaCppScorer(Scorer):
     async def context_length(self) -> int:
         """Tokens of context per slot (``/props``), read once; 0 when the server does not say."""
         if self._n_ctx is None:
-            props = await self.server_props()
-            settings = props.get("default_generation_settings") or {}
-            self._n_ctx = int(settings.get("n_ctx") or props.get("n_ctx") or 0)
+            self._n_ctx = slot_context(await self.server_props())
         return self._n_ctx
 
     async def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -249,7 +248,7 @@ class LlamaCppScorer(Scorer):
         return str(data.get("prompt", ""))
 
     async def server_props(self) -> dict[str, Any]:
-        return dict(await self.http.get("/props"))
+        return dict(await self.http.get(PROPS))
 
 
 def _forced_content(data: Any, n: int, server: str, upgrade: str) -> list[Any]:
