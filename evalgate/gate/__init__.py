@@ -6,8 +6,10 @@ modules below, which are the gate's own (their leading ``_`` marks them private)
 - ``_verdict``: the run folder (manifest + records) -> ``RunData`` -> ``Verdict``; the one path for
   ``compare`` and ``report``, so a re-render reproduces the verdict.
 - ``_policy`` reads the run's ``GatePolicy``; ``_rows`` checks each metric and builds its paired
-  row; ``_decide`` forms the Holm family (or the intersection-union test of non-inferiority);
-  ``_reasons`` puts the decision in words; ``_model`` is verdict.json's schema (``Verdict``).
+  row; ``_tested``: the shape every gated row shares (p, adjusted p, significant, status, reason)
+  and ``holm`` over a sequence of them; ``_decide`` forms the Holm family (or the intersection-union
+  test of non-inferiority); ``_reasons`` puts the decision in words; ``_model`` is verdict.json's
+  schema (``Verdict``).
 - ``_agreement``: flips and the flip budget, and unanswered items; ``_answers``: what each arm
   answered (no answer, cut off, identical); ``_repeats``: ``--repeats`` and sampled runs;
   ``_drift``: the token-distribution budget rows; ``_flip_drift``, ``_decode_drift``,
@@ -18,8 +20,8 @@ modules below, which are the gate's own (their leading ``_`` marks them private)
   kernel numerics before launch.
 
 How to add a gate row: compute it as a pure function of the paired records in a module of its
-own here (its statistics in ``evalgate.stats``), give it a frozen result type that ``_model``
-writes into verdict.json (then regenerate docs/schemas with ``python -m evalgate.schemas``),
+own here (its statistics in ``evalgate.stats``), give it a result type derived from ``Tested`` that
+``_model`` writes into verdict.json (then regenerate docs/schemas with ``python -m evalgate.schemas``),
 let ``_decide`` put it into the Holm family or beside it, and ``_reasons`` say it in words.
 """
 

@@ -34,6 +34,7 @@ from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
 from evalgate import stats
+from evalgate.gate._tested import HolmTest, Tested
 from evalgate.stats import DEFAULT_FLIP_BUDGET
 from evalgate.store.records import Pair, Record
 
@@ -59,9 +60,11 @@ DEFAULT_AA_MARGIN = 0.03
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
-class UnansweredTest:
+class UnansweredTest(HolmTest):
     """Items left unanswered (empty, cut at the token cap, or failed with --errors-as-wrong) per arm,
-    and the one-sided paired test of the candidate leaving more of them than the baseline."""
+    and the one-sided paired test of the candidate leaving more of them than the baseline (its
+    ``p_value``, H1: the candidate leaves more items unanswered): McNemar mid-p, or under --repeats
+    the sign-flip test of the per-item unanswered shares."""
 
     baseline_rate: float
     candidate_rate: float
@@ -70,11 +73,6 @@ class UnansweredTest:
     unanswered share is higher on the candidate)."""
     n01: int
     """Items the baseline left unanswered where the candidate answered (--repeats: the reverse)."""
-    p_value: float
-    """One-sided (H1: the candidate leaves more items unanswered): McNemar mid-p, or under
-    --repeats the sign-flip test of the per-item unanswered shares."""
-    p_adjusted: float | None = None
-    significant: bool = False
     test: str = "mcnemar"
     """mcnemar (one record per item) or sign-flip (--repeats: per-item shares over the repeats)."""
 
@@ -104,8 +102,9 @@ class SampledAgreement:
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
-class AgreementRow:
-    """One suite's flip-rate test against its budget (in verdict.json's ``agreement``)."""
+class AgreementRow(Tested):
+    """One suite's flip-rate test against its budget (in verdict.json's ``agreement``); ``test`` says
+    what its ``p_value`` comes from."""
 
     suite: str
     metric: str
@@ -115,16 +114,11 @@ class AgreementRow:
     flip_rate: float
     budget: float
     budget_source: str
-    p_value: float
     kl_mean: float | None = None
     top1_agree: float | None = None
     text_agree: float | None = None
     extracted_agree: float | None = None
     aa_flip_rate: float | None = None
-    p_adjusted: float | None = None
-    significant: bool = False
-    status: str = "pass"
-    reason: str = ""
     unanswered: UnansweredTest | None = None
     """Generation suites (every suite with --errors-as-wrong): unanswered items per arm and their
     test; None otherwise (such a row is written without the key)."""

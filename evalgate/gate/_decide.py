@@ -23,22 +23,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evalgate import stats
-from evalgate.gate._agreement import (
-    DEFAULT_FLIP_BUDGET,
-    AgreementRow,
-    UnansweredTest,
-    agreement_reason,
-    agreement_row,
-)
-from evalgate.gate._drift import DriftRow, check_drift, drift_for
+from evalgate.gate._agreement import DEFAULT_FLIP_BUDGET, AgreementRow, agreement_reason, agreement_row
+from evalgate.gate._drift import check_drift, drift_for
 from evalgate.gate._drift_text import drift_status
-from evalgate.gate._lengths import LengthTrend, lengths_for, sent_mismatch, trend_status
+from evalgate.gate._lengths import lengths_for, sent_mismatch, trend_status
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 from evalgate.gate._reasons import row_status, verdict_from
 from evalgate.gate._repeats import sampled_agreement_row
 from evalgate.gate._rows import check_suite, error_row, metric_row
+from evalgate.gate._tested import HolmTest, holm
 from evalgate.gate._tiers import inconclusive, merge_advisory
 from evalgate.store.records import Pair
 
@@ -140,13 +134,8 @@ def _decide_family(family: _Family, *, policy: GatePolicy) -> Verdict:
             row.p_value = float(sequential[row.suite].pvalue)
             row.sequential = sequential[row.suite].to_dict()
     gated = [r for r in rows if r.primary and r.status not in ("error", "missing")]
-    family: list[Row | AgreementRow | UnansweredTest | LengthTrend | DriftRow] = [
-        *([] if ni else [*gated, *drift_rows]),
-        *flip_tests,
-        *unanswered,
-        *trends,
-    ]
-    _holm(family, policy.alpha)
+    family: list[HolmTest] = [*([] if ni else [*gated, *drift_rows]), *flip_tests, *unanswered, *trends]
+    holm(family, policy.alpha)
     if ni:
         for r in gated:  # each on its own at one-sided alpha: the bound of its 1 - 2 alpha interval
             r.significant = not r.ci_low > -(policy.margin_for(r.baseline) or 0.0)
@@ -222,15 +211,6 @@ def _rows(
     return rows
 
 
-def _holm(
-    family: Sequence[Row | AgreementRow | UnansweredTest | LengthTrend | DriftRow], alpha: float
-) -> None:
-    adjusted = stats.holm([r.p_value for r in family]) if family else []
-    for row, p_adj in zip(family, adjusted, strict=True):
-        row.p_adjusted = float(p_adj)
-        row.significant = bool(p_adj < alpha)
-
-
 def _statuses(rows: Sequence[Row], policy: GatePolicy) -> None:
     for row in rows:
         note = row.reason if row.status not in ("error", "missing") else ""
@@ -294,6 +274,6 @@ def _aa_rows(
         for r in out:
             r.significant = not r.ci_low > -(policy.margin_for(r.baseline) or 0.0)
     else:
-        _holm(out, policy.alpha)
+        holm(out, policy.alpha)
     _statuses(out, plain)
     return out

@@ -41,6 +41,7 @@ from evalgate.gate._drift_budget import (
     DriftBudget,
     parse_drift_budget,
 )
+from evalgate.gate._tested import Status, Tested
 from evalgate.store.drift_records import Forced, Greedy, check_pair, forced_of, greedy_of
 from evalgate.store.records import Pair
 
@@ -64,8 +65,9 @@ POSITION_BUCKETS = 8
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
-class DriftRow:
-    """One drift measure of one pair of arms."""
+class DriftRow(Tested):
+    """One drift measure of one pair of arms. Its ``p_value``: H0, the drift is within the budget
+    (bootstrap over documents, stats.ratio_budget_test); 1.0 for a row that is not gated."""
 
     suite: str
     measure: str
@@ -86,14 +88,9 @@ class DriftRow:
     budget: float | None = None
     """On the measure's own scale (a KL, or a perplexity ratio such as 1.02); None: not gated."""
     budget_source: str = ""
-    p_value: float = 1.0
-    """H0: the drift is within the budget (bootstrap over documents, stats.ratio_budget_test)."""
-    p_adjusted: float | None = None
-    significant: bool = False
-    """True when this row blocks."""
-    status: str = "info"
-    """pass, block, underpowered, info; an advisory suite's gated row advisory-pass, -block, -underpowered."""
-    reason: str = ""
+    status: Status = field(default="info", kw_only=True)
+    """info (shown, not gated) until the gate judges a gated row: then pass, block or underpowered
+    (an advisory suite's: advisory-pass, -block, -underpowered)."""
     test: str = ""
     path: str = ""
     """What the measure read: prefill (prompt logprobs), decode (generated tokens: llama.cpp's
@@ -241,7 +238,7 @@ def _agree_row(
     return DriftRow(
         suite, "top1_agree", pair_name, "tokens", n, total, same / total if total else 1.0,
         test=test or "share of positions whose most likely token is the same",
-        status="info", reason="shown, not gated", path=path,
+        p_value=1.0, reason="shown, not gated", path=path,
     )  # fmt: skip
 
 
@@ -263,7 +260,7 @@ def _greedy_rows(
     share, where = parting_text([part for _, _, part in compared])
     out.append(
         DriftRow(suite, "parted", pair_name, "documents", len(greedy), len(greedy), share,
-                 status="info", reason=where, path="decode", test="greedy generations compared token by token")
+                 p_value=1.0, reason=where, path="decode", test="greedy generations compared token by token")
     )  # fmt: skip
     return out + _bucket_rows(row, [docs[i] for i in keep], budget, "decode", first=out[0])
 

@@ -45,6 +45,7 @@ from pydantic import ConfigDict
 from pydantic import dataclasses as pyd
 
 from evalgate import stats
+from evalgate.gate._tested import Tested
 from evalgate.store.records import Pair, Record
 
 __all__ = [
@@ -89,8 +90,11 @@ class LengthRow:
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
-class LengthTrend:
-    """The gated row: does the candidate lose answers at the longest length?"""
+class LengthTrend(Tested):
+    """The gated row: does the candidate lose answers at the longest length? Its ``p_value``: McNemar
+    mid-p, one-sided (H1: the candidate is worse), on the longest length's pairs; under
+    non-inferiority (``test`` = MARGIN_TEST) H1: worse by more than the margin. Its ``status``: pass,
+    block, or info (shown, not gated: --sequential)."""
 
     context_length: int
     """The longest length of the suite, the bucket tested."""
@@ -99,14 +103,6 @@ class LengthTrend:
     candidate: float
     n10: int
     n01: int
-    p_value: float
-    """McNemar mid-p, one-sided (H1: the candidate is worse), on the longest length's pairs; under
-    non-inferiority (``test`` = MARGIN_TEST) H1: worse by more than the margin."""
-    p_adjusted: float | None = None
-    significant: bool = False
-    status: str = "pass"
-    """pass, block, or info (shown, not gated: --sequential)."""
-    reason: str = ""
     test: str = TREND_TEST
     gated: bool = True
     """False with --sequential: then the row is not in the Holm family."""

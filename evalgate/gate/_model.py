@@ -18,6 +18,7 @@ from evalgate.gate._flip_drift import FlipDrift
 from evalgate.gate._lengths import SuiteLengths
 from evalgate.gate._output_lengths import OutputLengths
 from evalgate.gate._repeatability import Repeatability
+from evalgate.gate._tested import Tested
 from evalgate.store.provenance import WhatRanRow
 
 __all__ = ["EXIT_CODES", "VERDICT_SCHEMA", "Row", "Verdict"]
@@ -28,8 +29,9 @@ EXIT_CODES = {"PASS": 0, "BLOCK": 1, "INCONCLUSIVE": 4}
 
 
 @pyd.dataclass(config=ConfigDict(use_attribute_docstrings=True))
-class Row:
-    """One (suite, metric) of the verdict: the paired counts, the test and the decision."""
+class Row(Tested):
+    """One (suite, metric) of the verdict: the paired counts, the test (``test``: its ``p_value``) and
+    the decision. Under non-inferiority ``significant`` means its lower bound is not above -margin."""
 
     suite: str
     metric: str
@@ -47,18 +49,10 @@ class Row:
     n00: int
     """Binary: both wrong. Graded: 0."""
     flips: float
-    p_value: float
     ci_low: float
     ci_high: float
     mde: float
     """Smallest |delta| this n and flip rate detect with 80 % power at ``mde_alpha``."""
-    p_adjusted: float | None = None
-    significant: bool = False
-    """True when this row blocks (for non-inferiority: its lower bound is not above -margin)."""
-    status: str = "pass"
-    """pass, block, underpowered, info, missing or error; an advisory suite's gated row (never gating)
-    advisory-pass, advisory-block (it would block) or advisory-underpowered."""
-    reason: str = ""
     sequential: dict[str, Any] | None = None
     """--sequential: where the suite stopped; ``p_value`` is then the always-valid 1 / max E."""
     test: str = "mcnemar"

@@ -11,6 +11,7 @@ from evalgate.gate._lengths import SuiteLengths, trend_block_reason, trend_pass_
 from evalgate.gate._model import Row, Verdict
 from evalgate.gate._policy import GatePolicy
 from evalgate.gate._rows import NOT_ESTIMABLE
+from evalgate.gate._tested import Status
 
 __all__ = ["row_status", "verdict_from"]
 
@@ -40,7 +41,7 @@ def _level(row: Row, policy: GatePolicy) -> str:
     )
 
 
-def row_status(row: Row, policy: GatePolicy) -> tuple[str, str]:
+def row_status(row: Row, policy: GatePolicy) -> tuple[Status, str]:
     """(status, reason) of a row once its significance is known."""
     where = _where(row)
     if row.status in ("error", "missing"):
@@ -64,7 +65,7 @@ def row_status(row: Row, policy: GatePolicy) -> tuple[str, str]:
     return "pass", f"no significant difference ({where}, adjusted {row.p_adjusted:.3g})"
 
 
-def _ni_status(row: Row, policy: GatePolicy, where: str) -> tuple[str, str]:
+def _ni_status(row: Row, policy: GatePolicy, where: str) -> tuple[Status, str]:
     margin = policy.margin_for(row.baseline) or 0.0
     bound = (
         f"the lower confidence bound {row.ci_low * 100:+.1f} pt ({policy.confidence:.0%} interval, one-sided "

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalgate.gate._model import Verdict
+from evalgate.gate._tested import Tested
 
 __all__ = ["ADVISORY", "advisory_label", "inconclusive", "merge_advisory", "underpowered_rows"]
 
@@ -24,7 +25,7 @@ ADVISORY = "advisory-"
 """The prefix of an advisory row's status: advisory-block, advisory-pass, advisory-underpowered."""
 
 
-def advisory_label(row: Any) -> None:
+def advisory_label(row: Tested) -> None:
     """An advisory row as shown: what it would have decided, never gating (``significant`` off)."""
     if row.status in ("block", "pass", "underpowered"):
         would = "pass, underpowered" if row.status == "underpowered" else row.status
