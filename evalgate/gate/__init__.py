@@ -64,6 +64,7 @@ from evalgate.gate._model import VERDICT_SCHEMA, Row, Verdict
 from evalgate.gate._policy import POLICIES, GatePolicy, parse_margin, sequential_rule
 from evalgate.gate._power import PlanRow, plan_power
 from evalgate.gate._rows import METRIC_KINDS, NOT_ESTIMABLE, MetricKind, check_suite, metric_row
+from evalgate.gate._tested import HolmTest, Status, Tested, holm
 from evalgate.gate._verdict import NO_ANSWER_LIMIT, REFERENCE_ERROR_LIMIT, RunData, load_run, verdict_for
 
 __all__ = [
@@ -88,6 +89,7 @@ __all__ = [
     "DriftRow",
     "FlipDrift",
     "GatePolicy",
+    "HolmTest",
     "LengthRow",
     "LengthTrend",
     "MetricKind",
@@ -95,10 +97,12 @@ __all__ = [
     "Row",
     "RunData",
     "SampledAgreement",
+    "Status",
     "SuiteAnswers",
     "SuiteCategories",
     "SuiteDrift",
     "SuiteLengths",
+    "Tested",
     "UnansweredTest",
     "Verdict",
     "agreement_reason",
@@ -108,6 +112,7 @@ __all__ = [
     "check_suite",
     "decide",
     "drift_for",
+    "holm",
     "installed",
     "kernel_check_for",
     "kernel_failures",

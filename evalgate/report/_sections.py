@@ -6,10 +6,11 @@ manifest or verdict.json carries, skipped when absent. Adding a section is one l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from typing import Any
 
-from evalgate.gate import Verdict
+from evalgate.gate import Tested, Verdict
 from evalgate.report import _format as fmt
 from evalgate.report import throughput_svg as tp
 from evalgate.report._repeatability import REPEAT_NOTE, REPEAT_TITLE, repeatability_table
@@ -17,6 +18,10 @@ from evalgate.report.answers import NOTE, OUTPUT_NOTE, answers_table, output_len
 from evalgate.store.manifest import Manifest
 
 __all__ = ["OPTIONAL_SECTIONS", "Section", "flatten", "optional_sections"]
+
+TEST_COLUMNS = tuple(f.name for f in fields(Tested))
+"""A gate row's test (p, adjusted p, significant, status, reason): its table's last columns, after
+what the row measured, though verdict.json lists them first."""
 
 # (key in the manifest or verdict.json, title). Adding a report section is one line here.
 OPTIONAL_SECTIONS: tuple[tuple[str, str], ...] = (
@@ -104,14 +109,19 @@ def _kernel_rows(value: Any) -> Any:
     return rows or value
 
 
+def _measured_first(keys: Iterable[str]) -> list[str]:
+    keys = list(keys)
+    return [k for k in keys if k not in TEST_COLUMNS] + [k for k in keys if k in TEST_COLUMNS]
+
+
 def _section(key: str, title: str, value: Any) -> Section:
     """A list of dicts becomes a table; a dict of dicts a table keyed by its first column; else pairs."""
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        headers = list(dict.fromkeys(k for row in value for k in row))
+        headers = _measured_first(dict.fromkeys(k for row in value for k in row))
         rows = [[fmt.compact(row.get(h)) for h in headers] for row in value]
         return Section(key, title, [fmt.clean(h) for h in headers], rows)
     if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-        headers = list(dict.fromkeys(k for row in value.values() for k in row))
+        headers = _measured_first(dict.fromkeys(k for row in value.values() for k in row))
         rows = [
             [fmt.clean(str(name)), *(fmt.compact(row.get(h)) for h in headers)] for name, row in value.items()
         ]
