@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from evalgate.errors import ConfigError, invalid_input
+from evalgate.errors import ConfigError, validated
 from evalgate.store.files import file_kind
 from evalgate.variants import Variant, parse_variant, variant_from_config
 
@@ -337,14 +337,12 @@ def load_config(path: Path | None) -> EvalgateConfig:
         data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", fix="fix the line it names") from exc
-    try:
-        return EvalgateConfig.model_validate(data)
-    except ValidationError as exc:
-        raise invalid_input(
-            exc,
-            at=lambda where: f"{path}: {where}",
-            fix="see docs/reference/config.md (every section and key) or the example at the top of evalgate/config.py",
-        ) from exc
+    return validated(
+        EvalgateConfig,
+        data,
+        at=lambda where: f"{path}: {where}",
+        fix="see docs/reference/config.md (every section and key) or the example at the top of evalgate/config.py",
+    )
 
 
 def path_kind(path: Path) -> str:

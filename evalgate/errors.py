@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
+
+    M = TypeVar("M", bound=BaseModel)
 
 __all__ = [
     "ConfigError",
@@ -21,6 +23,7 @@ __all__ = [
     "ServerStartError",
     "first_invalid",
     "invalid_input",
+    "validated",
 ]
 
 
@@ -97,8 +100,31 @@ def first_invalid(exc: ValidationError) -> Invalid:
     return Invalid(where, first["msg"], first["type"])
 
 
-def invalid_input(exc: ValidationError, *, at: Callable[[str], str], fix: str) -> ConfigError:
+def invalid_input(
+    exc: ValidationError, *, at: Callable[[str], str], fix: str | Callable[[str], str]
+) -> ConfigError:
     """``exc`` as the exit-2 error every reader of user input raises: ``at(where)`` names the
-    file, flag or option and the key, pydantic's message follows, ``fix`` says what to do."""
+    file, flag or option and the key, pydantic's message follows, ``fix`` (or ``fix(where)``)
+    says what to do."""
     first = first_invalid(exc)
-    return ConfigError(f"{at(first.where)}: {first.msg}", fix=fix)
+    return ConfigError(
+        f"{at(first.where)}: {first.msg}", fix=fix if isinstance(fix, str) else fix(first.where)
+    )
+
+
+def validated(
+    model: type[M],
+    data: Any,
+    *,
+    at: Callable[[str], str],
+    fix: str | Callable[[str], str],
+    context: Any = None,
+) -> M:
+    """``data`` as a ``model``, or the exit-2 error ``invalid_input`` makes of its first problem:
+    the one way user input (a config, a manifest, suite options, flags) becomes a model."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise invalid_input(exc, at=at, fix=fix) from exc

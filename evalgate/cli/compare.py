@@ -14,14 +14,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from evalgate.cli._dry_run import dry_run
 from evalgate.cli._flags import add_model_flags, flag_name, typed_values
 from evalgate.config import load_config
-from evalgate.errors import ConfigError, InfraError, invalid_input
+from evalgate.errors import ConfigError, InfraError, validated
 from evalgate.gate import kernel_check_for, kernel_failures
 from evalgate.lmeval.samples import import_samples
 from evalgate.redact import MASK, redact_url
@@ -159,10 +158,7 @@ def _masked(name: str, value: Any) -> Any:
 
 
 def _request(values: dict[str, Any]) -> CompareRequest:
-    try:
-        return CompareRequest(**values)
-    except ValidationError as exc:
-        raise invalid_input(exc, at=_flag_of, fix="see `evalgate compare --help`") from exc
+    return validated(CompareRequest, values, at=_flag_of, fix="see `evalgate compare --help`")
 
 
 def _flag_of(where: str) -> str:

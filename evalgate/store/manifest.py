@@ -31,12 +31,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from evalgate.errors import ConfigError, invalid_input
+from evalgate.errors import ConfigError, validated
 from evalgate.redact import env_secrets, redact
 from evalgate.request import CompareRequest
 from evalgate.store.facts import READ, ServerFacts
@@ -381,14 +380,13 @@ def load_manifest(run_dir: Path) -> Manifest:
             f"{path} has schema {schema!r}, expected {MANIFEST_SCHEMA} (or 1)",
             fix="render it with the evalgate version that wrote it",
         )
-    try:
-        return Manifest.model_validate(data, context=READ)  # keys a later evalgate wrote are kept
-    except ValidationError as exc:
-        raise invalid_input(
-            exc,
-            at=lambda where: f"{path} is not a valid manifest: {where}",
-            fix="restore it from a backup, or start a new run",
-        ) from exc
+    return validated(
+        Manifest,
+        data,
+        context=READ,  # keys a later evalgate wrote are kept
+        at=lambda where: f"{path} is not a valid manifest: {where}",
+        fix="restore it from a backup, or start a new run",
+    )
 
 
 def command_line() -> list[str]:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from evalgate.engines import DEFAULT_ENGINE
 from evalgate.engines.api import Scorer
-from evalgate.errors import ConfigError, first_invalid, invalid_input
+from evalgate.errors import ConfigError, validated
 from evalgate.stats import stable_seed
 from evalgate.store.facts import RecordExtra
 
@@ -198,16 +198,15 @@ def configure(suite: Suite, table: Mapping[str, Any] | None) -> Suite:
             fix="drop them; `evalgate suites list` shows each suite's options",
         )
     model = type(current)
-    try:
-        settings = model.model_validate(dict(table))
-    except ValidationError as exc:
-        raise invalid_input(
-            exc,
-            at=lambda where: f"suite option {suite.name}.{where}",
-            fix=f"set it in evalgate.toml's [suites.{suite.name}] {first_invalid(exc).where} or with --suite-opt "
-            f"{suite.name}.KEY=VALUE; "
-            f"{suite.name} takes: {', '.join(options_help(model))}",
-        ) from exc
+    settings = validated(
+        model,
+        dict(table),
+        at=lambda where: f"suite option {suite.name}.{where}",
+        fix=lambda where: (
+            f"set it in evalgate.toml's [suites.{suite.name}] {where} or with --suite-opt "
+            f"{suite.name}.KEY=VALUE; {suite.name} takes: {', '.join(options_help(model))}"
+        ),
+    )
     return dataclasses.replace(suite, settings=settings)  # type: ignore[type-var]
 
 
