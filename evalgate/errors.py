@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError
 
-    M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=BaseModel)
 
 __all__ = [
     "ConfigError",
@@ -122,8 +121,6 @@ def validated(
 ) -> M:
     """``data`` as a ``model``, or the exit-2 error ``invalid_input`` makes of its first problem:
     the one way user input (a config, a manifest, suite options, flags) becomes a model."""
-    from pydantic import ValidationError
-
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
