@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from evalgate.engines.gguf import DEFAULT_MODEL, file_sha256
-from evalgate.errors import InfraError
+from evalgate.errors import ConfigError, InfraError
 
 __all__ = [
     "CPU_WEIGHTS",
@@ -45,11 +45,17 @@ def checkpoint_dir(root: Path, weights: str) -> Path:
     return root / f"{DEFAULT_MODEL}.{CPU_WEIGHTS[weights]}-hf"
 
 
-def llama_quantize() -> Path:
-    """llama.cpp's ``llama-quantize``, which makes the GGUFs the twins are converted from."""
-    from evalgate.engines.llamacpp import find_binary  # only a setup loads the llama.cpp engine
+def llama_quantize() -> Path | None:
+    """llama.cpp's ``llama-quantize``, which makes the GGUFs the twins are converted from; None
+    where only the xllamacpp runtime is installed (the gguf package then writes the same files)."""
+    from evalgate.engines import llamacpp  # only a setup loads the llama.cpp engine
 
-    return find_binary("llama-quantize")
+    try:
+        return llamacpp.find_binary("llama-quantize")
+    except ConfigError:
+        if llamacpp.resolve_runtime("auto") == "llama-server":  # neither installed: names both extras
+            raise
+        return None
 
 
 def run_steps(
