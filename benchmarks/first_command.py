@@ -11,7 +11,10 @@ prints, side by side:
   suites by time (the manifest's per-suite durations laid end to end from the arm's last task);
 - the server's rates on this machine: llama-batched-bench (shipped beside llama-server) with the
   arm's own launch settings and environment, its prompts as long as the suite's mean prompt and as
-  many in parallel as the arm has slots; the two arms' benches alternate, rounds interleaved;
+  many in parallel as the arm has slots; the two arms' benches alternate, rounds interleaved. A
+  run served by the xllamacpp wheel (which ships no llama-batched-bench) gets the same shapes
+  from its own server, launched again with the arm's settings, read from the server's
+  ``timings`` (``--rates server`` forces that on llama-server too);
 - the physical limit (prompt tokens / prefill rate + generated tokens / decode rate) and the
   ratio of the measured time to it, per suite and arm and for the whole compare.
 
@@ -40,6 +43,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _server_rates import rate_source, relaunched
 
 FIRST_COMMAND = ("evalgate", "compare", "--baseline", "bf16", "--candidate", "fp8kv")
 BENCH_ARGS = ("-t", "-tb", "-ctk", "-ctv", "-fa", "--flash-attn", "-ub", "-b", "--poll", "--no-repack")
@@ -293,20 +299,24 @@ def cases(rows: Iterable[Row], slots: Mapping[str, int]) -> list[BenchCase]:
 
 
 def measure_rates(
-    run: Path, rows: Sequence[Row], *, rounds: int
+    run: Path, rows: Sequence[Row], *, rounds: int, source: str = "auto"
 ) -> dict[str, dict[str, tuple[float, float]]]:
     """Median (prefill, decode) rate per arm and suite over ``rounds`` interleaved rounds."""
     from evalgate.engines.llamacpp import find_binary
 
-    binary = find_binary("llama-batched-bench")
     m = json.loads((run / "manifest.json").read_text())
     launch = m["launch"]
     slots = {arm: int(dict((a[0], a[-1]) for a in launch[arm]["args"]).get("-np") or 1) for arm in launch}
     got: dict[tuple[str, str], list[tuple[float, float]]] = {}
     todo = cases(rows, slots)
+    bench = rate_source(m, source) == "batched-bench"
+    binary = find_binary("llama-batched-bench") if bench else None
     for rnd in range(rounds):
         for case in todo if rnd % 2 == 0 else list(reversed(todo)):
             info = launch[case.arm]
+            if binary is None:
+                got.setdefault((case.arm, case.suite), []).append(relaunched(m, case))
+                continue
             env = {**os.environ, **dict(info.get("env") or [])}
             cmd = bench_command(binary, info["model"], info["args"], case)
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
@@ -330,15 +340,21 @@ def with_wall(rows: list[Row], wall_s: float | None) -> list[Row]:
     return [Row("outside the manifest", "", max(0.0, wall_s - sum(r.seconds for r in rows))), *rows]
 
 
-def report(run: Path, *, rounds: int, bench: bool, wall_s: float | None = None) -> str:
+def report(
+    run: Path, *, rounds: int, bench: bool, wall_s: float | None = None, rates_from: str = "auto"
+) -> str:
     rows = with_wall(phases(run), wall_s)
     lines = [f"run folder: {run}"]
     if wall_s is not None:
         lines.append(f"wall time of the command: {wall_s:.1f} s")
     if bench and rounds > 0:
-        rates = measure_rates(run, rows, rounds=rounds)
+        rates = measure_rates(run, rows, rounds=rounds, source=rates_from)
         rows = with_wall(phases(run, rates), wall_s)
-        lines.append("server rates (llama-batched-bench, the arm's settings, median of interleaved rounds):")
+        source = rate_source(json.loads((run / "manifest.json").read_text()), rates_from)
+        name = (
+            "llama-batched-bench" if source == "batched-bench" else "the run's server relaunched, its timings"
+        )
+        lines.append(f"server rates ({name}, the arm's settings, median of interleaved rounds):")
         for arm, by_suite in rates.items():
             for suite, (pp, tg) in by_suite.items():
                 lines.append(f"  {arm} {suite}: prefill {pp:.0f} tokens/s, decode {tg:.1f} tokens/s")
@@ -367,6 +383,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in (a, r):
         p.add_argument("--rounds", type=int, default=3, help="interleaved bench rounds (default 3)")
         p.add_argument("--no-bench", action="store_true", help="phases and tokens only")
+        p.add_argument(
+            "--rates",
+            choices=("auto", "batched-bench", "server"),
+            default="auto",
+            help="where the server rates come from (default auto: llama-batched-bench on a llama-server "
+            "run, the relaunched server's timings on an xllamacpp one)",
+        )
     ns = ap.parse_args(argv)
     wall = None
     if ns.cmd == "run":
@@ -378,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if proc.returncode not in (0, 1):  # 1 is a BLOCK: still a run to read
             return proc.returncode
         ns.run = out
-    print(report(ns.run, rounds=ns.rounds, bench=not ns.no_bench, wall_s=wall))
+    print(report(ns.run, rounds=ns.rounds, bench=not ns.no_bench, wall_s=wall, rates_from=ns.rates))
     return 0
 
 

