@@ -38,7 +38,7 @@ def test_pair_differing_in_context_length_is_refused(
     err = capsys.readouterr().err
     assert code == 2
     assert "differs in more than quantization" in err
-    assert "-c: baseline='16384' candidate='8192'" in err
+    assert "-c: baseline='32768' candidate='8192'" in err
     assert "--allow-diff" in err
 
 
