@@ -15,8 +15,10 @@ from typing import Any
 
 
 def run_runtime(manifest: Mapping[str, Any]) -> str:
-    """The runtime that served the run: its manifest's engine version names xllamacpp's."""
-    return "xllamacpp" if "runtime xllamacpp" in str(manifest.get("engine_version", "")) else "llama-server"
+    """The runtime that served the run, as its manifest's engine version names it."""
+    from evalgate.engines.llamacpp import runtime_of
+
+    return runtime_of(str(manifest.get("engine_version", "")))
 
 
 def rate_source(manifest: Mapping[str, Any], choice: str) -> str:

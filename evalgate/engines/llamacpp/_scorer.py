@@ -56,6 +56,7 @@ from evalgate.engines.api import (
     Split,
 )
 from evalgate.engines.client import GatewayRoute
+from evalgate.engines.llamacpp import _xserver
 from evalgate.engines.llamacpp._props import PROPS, slot_context
 
 __all__ = [
@@ -83,11 +84,7 @@ def upgrade_hint(handle: ServerHandle) -> str:
     and then it is the wheel's when the xllamacpp runtime (``_xserver.py``) served it."""
     if not handle.launched:
         return UPGRADE_ATTACHED
-    return (
-        UPGRADE_WHEEL
-        if any(str(part).endswith("_xserver.py") for part in handle.command)
-        else UPGRADE_LAUNCHED
-    )
+    return UPGRADE_WHEEL if _xserver.serves(handle.command) else UPGRADE_LAUNCHED
 
 
 class LlamaCppScorer(Scorer):

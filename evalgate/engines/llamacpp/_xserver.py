@@ -33,6 +33,7 @@ __all__ = [
     "installed",
     "main",
     "parse",
+    "serves",
     "version_line",
 ]
 
@@ -256,6 +257,11 @@ def command_head() -> list[str]:
     server runs the evalgate that launched it whatever the working folder holds (``-m`` would
     import an ``evalgate/`` there first). It imports nothing of evalgate's."""
     return [sys.executable, str(Path(__file__).resolve())]
+
+
+def serves(command: Sequence[str]) -> bool:
+    """Whether ``command`` (a launched server's) is ``command_head``'s: the wheel served it."""
+    return [str(part) for part in command[:2]] == command_head()
 
 
 def version_line() -> str:
