@@ -22,6 +22,7 @@ __all__ = [
     "AA_PAD",
     "DEFAULT_AA_ITEMS",
     "PAIR",
+    "READS",
     "REPEATS",
     "AaMode",
     "AaValue",
@@ -57,6 +58,9 @@ AaValue = Annotated[
 PAIR = ("baseline", "candidate")
 REPEATS = {"aa": "baseline", "aa_candidate": "candidate"}
 """Repeat arm -> the arm it repeats."""
+READS = {"baseline": ("candidate", "aa"), "candidate": ("baseline",)}
+"""Arm -> the arms whose greedy texts it reads (the drift suite's cross rows, ``run/reads.py``):
+the baseline judges the candidate's text and the A/A repeat's; the candidate reads the baseline's."""
 DEFAULT_AA_ITEMS = 200
 """Items per suite the candidate's repeat is compared on under ``--aa both`` (a suite with fewer:
 all). With a baseline that repeats itself exactly, the exact test flags a candidate whose repeat

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from evalgate.gate._decode_drift import MIN_DIFFERING, MIN_DOCS
 from evalgate.gate._drift import DriftRow, SuiteDrift
 
 __all__ = ["drift_block_reasons", "drift_pass_note", "drift_status"]
@@ -18,17 +19,17 @@ def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
     within = row.upper is not None and row.budget is not None and row.upper < row.budget
     if row.budget_low is not None:  # --policy difference: the ratio's band has a lower edge too
         within = within and row.lower is not None and row.lower > row.budget_low
+    few = _too_few(row)
+    if within and few:
+        within = False  # a bound from too few documents does not hold its level: never powered
     if non_inferiority:
         row.significant = not within
-    onset = f"; decode drift starts at positions {row.onset}" if row.onset else ""
-    below = row.budget_low is not None and row.estimate < 1.0  # two-sided: the side it was shown on
+    onset = f"; {_onset_text(row)}" if row.onset else ""
+    below = row.budget_low is not None and row.estimate < (1.0 if row.measure == "ppl_ratio" else 0.0)
     if row.significant and below:
         row.status = "block"
-        row.reason = (
-            f"{what} below 1 / the budget, {_fmt(row, row.budget_low)}: lower than the baseline's by more than the "
-            f"budget, a change, not a regression (--policy difference tests both sides), Holm p = "
-            f"{row.p_adjusted:.3g} < {alpha}"
-        )
+        row.reason = f"{what} below {_fmt(row, row.budget_low)}: {_BELOW.get(row.measure, _BELOW['ppl_ratio'])}"
+        row.reason += "" if non_inferiority else f", Holm p = {row.p_adjusted:.3g} < {alpha}"
     elif row.significant:
         row.status = "block"
         shown = "not shown within" if non_inferiority else "above"
@@ -41,6 +42,9 @@ def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
             row.reason += (
                 f" and above {_fmt(row, row.budget_low)} (lower bound above it: both sides under difference)"
             )
+    elif few:
+        row.status = "underpowered"
+        row.reason = f"{what}: not powered: {few}{onset}"
     elif row.upper is None and row.identical is not None:
         row.status = "underpowered"
         row.reason = (
@@ -49,6 +53,33 @@ def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
     else:
         row.status = "underpowered"
         row.reason = f"{what}: not shown above the budget {_fmt(row, row.budget)}, nor within it: {_why_open(row)}{onset}"
+
+
+_BELOW = {
+    "ppl_ratio": "lower than the baseline's by more than the budget, a change, not a regression "
+    "(--policy difference tests both sides)",
+    "cross": "the candidate's text is MORE likely to the baseline than the baseline's own greedy text "
+    "by more than the budget: a degenerate text (a loop, a repeated answer), not a better one",
+    "length": "the candidate's generations are shorter than the baseline's by more than the margin",
+}
+
+
+def _too_few(row: DriftRow) -> str:
+    """Why a row's bound cannot show it within budget, however tight it looks ("" if it can)."""
+    if row.n < MIN_DOCS:
+        return f"{row.n} documents, fewer than the {MIN_DOCS} a bound needs to hold its level"
+    if row.differing is not None and 0 < row.differing < MIN_DIFFERING:
+        return (
+            f"{row.differing} of {row.n} documents differ, fewer than the {MIN_DIFFERING} a bound on "
+            "their size needs to hold its level"
+        )
+    return ""
+
+
+def _onset_text(row: DriftRow) -> str:
+    if row.measure == "consistency":
+        return f"the candidate's decode and prefill split from {row.onset}"
+    return f"decode drift starts at positions {row.onset}"
 
 
 def identical_text(row: DriftRow) -> str:
@@ -72,9 +103,13 @@ def _why_open(row: DriftRow) -> str:
 
 
 def _name(row: DriftRow) -> str:
-    name = {"kld": "mean KL", "ppl_ratio": f"perplexity ratio (per {row.unit[:-1]})"}.get(
-        row.measure, row.measure
-    )
+    name = {
+        "kld": "mean KL",
+        "ppl_ratio": f"perplexity ratio (per {row.unit[:-1]})",
+        "cross": "cross read (the candidate's greedy text read by the baseline, against its own)",
+        "length": "greedy length (candidate against baseline)",
+        "consistency": "within-arm decode-vs-prefill KL (the candidate's excess over the baseline's)",
+    }.get(row.measure, row.measure)
     name = f"{row.path}-path {name}" if row.path and row.measure == "kld" else name
     return f"{row.suite} {name}" + (f" at positions {row.span}" if row.span else "")
 
@@ -87,8 +122,10 @@ def _describe(row: DriftRow) -> str:
 def _fmt(row: DriftRow, value: float | None) -> str:
     if value is None:
         return "n/a"
-    if row.measure == "kld":
+    if row.measure in ("kld", "cross", "consistency"):
         return f"{value:.3g} nats/token"
+    if row.measure == "length":
+        return f"{value:+.1%}"
     if row.measure == "ppl_ratio":
         return f"x{value:.4f}"
     return f"{value:.1%}"

@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from evalgate.engines import Scorer
 from evalgate.engines.api import LaunchSlot
@@ -27,6 +26,8 @@ from evalgate.engines.client import ROUTED_TO, RequestFailed
 from evalgate.errors import ConfigError, EvalgateError, InfraError, InvalidResponse, PreflightError
 from evalgate.redact import env_secrets, redact
 from evalgate.run.plan import RunPlan, check_resumed_server, check_resumed_tokenizer
+from evalgate.run.progress import LiveAccuracy, progress_bars
+from evalgate.run.reads import run_reads, waiting
 from evalgate.run.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
 from evalgate.store.drift_records import record_check
 from evalgate.store.provenance import Provenance, expectation_errors
@@ -86,31 +87,46 @@ def _run(plan: RunPlan, schedule: Schedule, console: Console) -> None:
     store = RecordStore(plan.run_dir, run_id=plan.run_id)
     deadline = None if plan.deadline_s is None else time.monotonic() + plan.deadline_s
     for group in schedule.groups():
-        for arm in group:
-            plan.manifest.arm_scheduled(arm)
-        recs = {
-            arm: {s.name: store.load(s.name, arm, check=record_check(s)) for s in plan.suites}
-            for arm in group
-        }
-        busy = schedule.live(group, recs)
-        sweep = [arm for arm in group if _needs_sweep(plan, arm)]
-        live = [arm for arm in group if arm in busy or arm in sweep]
-        if not live:
-            continue
-        if deadline is not None and time.monotonic() >= deadline:
-            raise _deadline_passed(plan)
-        with contextlib.ExitStack() as stack:
-            handles = launch_arms(plan, stack, live)
-            asyncio.run(_within(deadline, plan, _run_group(plan, schedule, handles, recs, store, console)))
-            for arm in live:
-                plan.manifest.arm_stopped(arm)
-                if arm in sweep:  # after the suites, on the same server: tok/s, TTFT, ITL, KV capacity
-                    _sweep(plan, arm, handles[arm], console)
-            plan.save()
+        _run_arms(plan, schedule, store, group, deadline, console)
+    late = waiting(plan, store)  # texts left to read (the baseline, when the arms ran in turn)
+    if late:
+        _run_arms(plan, schedule, store, late, deadline, console, reads_only=True)
     if plan.request.with_throughput:
         finish_compare(plan.run_dir, plan.manifest)  # -> manifest.throughput and throughput.json
     plan.manifest.run_finished()
     plan.save()
+
+
+def _run_arms(
+    plan: RunPlan,
+    schedule: Schedule,
+    store: RecordStore,
+    group: list[str],
+    deadline: float | None,
+    console: Console,
+    *,
+    reads_only: bool = False,
+) -> None:
+    """Launch one group of arms, run what it lacks (or, ``reads_only``, only its reads), stop it."""
+    for arm in group:
+        plan.manifest.arm_scheduled(arm)
+    check = {s.name: record_check(plan.manifest.suites[s.name]) for s in plan.suites}
+    recs = {arm: {s.name: store.load(s.name, arm, check=check[s.name]) for s in plan.suites} for arm in group}
+    busy = group if reads_only else schedule.live(group, recs)
+    sweep = [arm for arm in group if _needs_sweep(plan, arm) and not reads_only]
+    live = [arm for arm in group if arm in busy or arm in sweep]
+    if not live:
+        return
+    if deadline is not None and time.monotonic() >= deadline:
+        raise _deadline_passed(plan)
+    with contextlib.ExitStack() as stack:
+        handles = launch_arms(plan, stack, live)
+        asyncio.run(_within(deadline, plan, _run_group(plan, schedule, handles, recs, store, console)))
+        for arm in live:
+            plan.manifest.arm_stopped(arm)
+            if arm in sweep:  # after the suites, on the same server: tok/s, TTFT, ITL, KV capacity
+                _sweep(plan, arm, handles[arm], console)
+        plan.save()
 
 
 def launch_arms(plan: RunPlan, stack: contextlib.ExitStack, arms: Sequence[str]) -> dict[str, Any]:
@@ -185,27 +201,6 @@ async def _each(plan: RunPlan, arms: Sequence[str], job: Callable[[str], Awaitab
             await job(arm)
 
 
-class LiveAccuracy:
-    """The running mean of a suite's primary metric on one arm, for its progress bar (sgl-eval
-    shows one): a collapse shows minutes into a long run, not at its end. Failed items (no
-    metric) are left out; only the number is shown, never item text (private suites too)."""
-
-    def __init__(self, metric: str, records: Iterable[Record] = ()) -> None:
-        self.metric, self.total, self.n = metric, 0.0, 0
-        for r in records:
-            self.add(r)
-
-    def add(self, record: Record) -> str:
-        value = record.metrics.get(self.metric)
-        if value is not None and math.isfinite(value):
-            self.total, self.n = self.total + float(value), self.n + 1
-        return self.text
-
-    @property
-    def text(self) -> str:
-        return f"{self.metric.split(',')[0]} {self.total / self.n:.3f}" if self.n else ""
-
-
 async def _run_group(
     plan: RunPlan,
     schedule: Schedule,
@@ -232,18 +227,10 @@ async def _run_group(
         prints = {arm: info.tokenizer_fingerprint for arm, info in plan.manifest.arms.items()}
         require_one_tokenizer({arm: fp for arm, fp in prints.items() if fp})  # this group's and earlier arms'
         plan.save()  # the tokenizers the records are made with, on disk before the first record
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[acc]}"),
-            TextColumn("{task.fields[state]}"),
-            console=console,
-            transient=False,
-        ) as progress:
+        with progress_bars(console) as progress:
             for suite in plan.suites:
                 await _run_blocks(plan, schedule, suite, scorers, recs, store, progress)
+            await run_reads(plan, scorers, store, progress)  # the drift suite's second pass
         for arm, scorer in scorers.items():
             _gateway_facts(plan, arm, scorer)
 

@@ -220,6 +220,8 @@ def _manifest(
                 source=s.source(options),
                 n=len({it.item_id for it in items[s.name]}),
                 item_ids=list(dict.fromkeys(it.item_id for it in items[s.name])),
+                decode_tokens=s.decode_plan(options)[0],
+                decode_everywhere=s.decode_plan(options)[1],
             )
             for s in suites
         },

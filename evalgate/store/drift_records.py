@@ -5,28 +5,43 @@ missing, short or malformed must stop the run (a dropped row turns a BLOCK into 
 line of a drift suite's items file is checked as it is loaded (``response_problem``, called by the
 run folder's reader with the file and line) and again when the pairs are judged (``check_pair``).
 
-Layout (suite version 2, ``suites/drift.py``): ``{"path", "ids", "lp", "top", "decode"}``; version 1
-records hold ``top`` alone and are read as a forced path of unknown kind.
+Layout (suite version 3, ``suites/drift.py``): ``{"path", "ids", "lp", "top", "decode", "reads"}``;
+version 2 records lack ``reads``, version 1 records hold ``top`` alone and are read as a forced path
+of unknown kind. ``reads`` are the arm's teacher-forced reads of greedy texts (its own on a prefill
+engine, the other arm's where the two generations part), each named by the digest of the text's
+token ids (``text_digest``); ``needed_texts`` says which a record still lacks, for the loop that
+reads them and for the gate that refuses a pair without them.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalgate.store.records import Pair, Record
+
+if TYPE_CHECKING:
+    from evalgate.store.manifest import SuiteInfo
 
 __all__ = [
     "MAX_TOKEN_ID",
     "Forced",
     "Greedy",
+    "Read",
     "check_pair",
     "forced_of",
     "greedy_of",
+    "needed_texts",
+    "own_read",
+    "reads_of",
     "record_check",
     "response_problem",
+    "text_digest",
 ]
 
 MAX_TOKEN_ID = 2**31 - 1
@@ -52,6 +67,15 @@ class Forced:
 
 
 @dataclass(frozen=True)
+class Read:
+    """One arm's teacher-forced read of a greedy text after the document's question: each token's
+    logprob, and (for the arm's own text) its top-k at each position."""
+
+    lp: list[float]
+    top: list[list[tuple[int, float]]] | None
+
+
+@dataclass(frozen=True)
 class Greedy:
     """One arm's greedy generation of one document, read on the decode path."""
 
@@ -61,15 +85,23 @@ class Greedy:
     finish: str
 
 
-def record_check(suite: Any) -> Callable[[Record], str | None] | None:
-    """The check every record of ``suite`` (a Suite, or a manifest's suite entry: anything with a
-    ``metric_kind``) must pass as it is read: ``response_problem`` for a drift suite, else none."""
-    return response_problem if suite.metric_kind == "drift" else None
+def record_check(suite: SuiteInfo) -> Callable[[Record], str | None] | None:
+    """The check every record of ``suite`` (the manifest's entry) must pass as it is read:
+    ``response_problem`` for a drift suite, holding it to the greedy generations its plan promised;
+    else none."""
+    if suite.metric_kind != "drift":
+        return None
+    return functools.partial(
+        response_problem, decode_tokens=suite.decode_tokens, everywhere=suite.decode_everywhere
+    )
 
 
-def response_problem(record: Record) -> str | None:
+def response_problem(record: Record, *, decode_tokens: int = 0, everywhere: bool = False) -> str | None:
     """Why a live drift record (one that counts ``tokens``) cannot be compared, or None. A failed
-    item (``error``) and an imported perplexity record (words, bytes) have no lists to check."""
+    item (``error``) and an imported perplexity record (words, bytes) have no lists to check.
+    ``decode_tokens``: the greedy steps per document the plan asked for, on a prefill-path record
+    (``everywhere``: on every record); a record without its generation is refused, so stripping
+    ``decode`` from a run folder cannot remove the rows it feeds."""
     if record.error is not None or "tokens" not in record.metrics:
         return None
     r = record.response
@@ -90,7 +122,36 @@ def response_problem(record: Record) -> str | None:
             why = f"loglik {loglik!r} is not the sum of the positions' logprobs ({total!r})"
     if why is None and "decode" in r:
         why = _greedy(r["decode"])
+    if why is None and decode_tokens and "decode" not in r and (everywhere or r.get("path") == "prefill"):
+        why = (
+            f"the plan asked for {decode_tokens} greedy tokens per document (the manifest), but the "
+            "record holds no greedy generation ('decode')"
+        )
+    if why is None and "reads" in r:
+        why = _reads(r["reads"])
     return why
+
+
+def _reads(reads: Any) -> str | None:
+    if not isinstance(reads, list):
+        return f"'reads' is {type(reads).__name__}, not a list of reads"
+    seen: set[str] = set()
+    for i, read in enumerate(reads):
+        what = f"reads[{i}]"
+        if not isinstance(read, Mapping) or not isinstance(read.get("of"), str) or len(read["of"]) != 16:
+            return f"{what} is not a read ({{'of': a 16-character text digest, 'lp': [...]}})"
+        if read["of"] in seen:
+            return f"{what} reads text {read['of']} a second time"
+        seen.add(read["of"])
+        lps = read.get("lp")
+        why = _logprobs(lps, f"{what}.lp", len(lps) if isinstance(lps, list) else None)
+        if why is None and not lps:
+            why = f"{what}.lp is empty (a read of no tokens)"
+        if why is None and read.get("top") is not None:
+            why = _positions(read["top"], f"{what}.top", len(lps))
+        if why:
+            return why
+    return None
 
 
 def _forced_listed(ids: list[int], lps: list[float], top: list[list[Any]], key: str) -> str | None:
@@ -207,6 +268,55 @@ def greedy_of(record: Record) -> Greedy | None:
     return Greedy(list(d["ids"]), list(d["lp"]), _pairs(d.get("top") or []), str(d["finish"]))
 
 
+def text_digest(ids: Sequence[int]) -> str:
+    """The name a read gives the text it read: a digest of its token ids."""
+    return hashlib.sha256(json.dumps([int(t) for t in ids]).encode()).hexdigest()[:16]
+
+
+def reads_of(record: Record) -> dict[str, Read]:
+    """The reads a record ``response_problem`` accepted, by the digest of the text each read."""
+    reads = record.response.get("reads") if isinstance(record.response, Mapping) else None
+    return {
+        str(r["of"]): Read(
+            [float(v) for v in r["lp"]], _pairs(r["top"]) if r.get("top") is not None else None
+        )
+        for r in reads or []
+    }
+
+
+def own_read(record: Record) -> Read | None:
+    """The arm's read of its own greedy text, or None where it has none: on the decode path the
+    generation's own logprobs (forcing the same tokens would decode them again), on the prefill
+    path the read the suite made right after generating."""
+    g = greedy_of(record)
+    if g is None:
+        return None
+    if forced_of(record).path == "decode":
+        return Read(g.lp, g.top)
+    return reads_of(record).get(text_digest(g.ids))
+
+
+def needed_texts(own: Record, partners: Iterable[Record]) -> list[tuple[list[int], bool]]:
+    """The greedy texts the arm of ``own`` must still read, each once, with whether it ended at a
+    stop token: its own on the prefill path (the within-arm row), and each partner's where it
+    differs from its own (the cross row). ``partners``: the other arms' records of the document
+    that this arm reads."""
+    g = greedy_of(own) if own.error is None else None
+    if g is None:
+        return []
+    texts = [g] if forced_of(own).path == "prefill" else []
+    for p in partners:
+        theirs = greedy_of(p) if p.error is None else None
+        if theirs is not None and theirs.ids != g.ids:
+            texts.append(theirs)
+    seen, out = set(reads_of(own)), []
+    for t in texts:
+        if t.ids and (d := text_digest(t.ids)) not in seen:
+            seen.add(d)
+            out.append((list(t.ids), t.finish == "stop"))
+    return out
+
+
 def check_pair(suite: str, p: Pair) -> str | None:
     """Why one pair of live drift records cannot be compared (an ERROR row), or None: either
     record malformed, the arms' forced lists of different lengths or paths, forced ids that differ,
@@ -226,6 +336,28 @@ def check_pair(suite: str, p: Pair) -> str | None:
         return f"{suite}/{p.item_id}: the arms' forced positions came from different paths ({b.path!r}, {c.path!r})"
     if b.ids is not None and c.ids is not None and b.ids != c.ids:
         return f"{suite}/{p.item_id}: the arms forced different tokens"
-    if (greedy_of(p.baseline) is None) != (greedy_of(p.candidate) is None):
+    gb, gc = greedy_of(p.baseline), greedy_of(p.candidate)
+    if (gb is None) != (gc is None):
         return f"{suite}/{p.item_id}: only one arm decoded the document greedily (the decode path)"
+    if gb is None or gc is None:
+        return None
+    return _reads_problem(suite, p, gb, gc)
+
+
+def _reads_problem(suite: str, p: Pair, gb: Greedy, gc: Greedy) -> str | None:
+    """The reads the rows need: the baseline's of the candidate's text where they differ, and on
+    the prefill path each arm's of its own (with its top-k), each as long as the text it read."""
+    fix = " (a read that failed is read again by evalgate compare --resume)"
+    prefill = forced_of(p.baseline).path == "prefill"
+    needs = [("baseline", p.baseline, gb, True), ("candidate", p.candidate, gc, True)] if prefill else []
+    if gb.ids != gc.ids:
+        needs.append(("baseline", p.baseline, gc, False))
+    for arm, record, text, own in needs:
+        read = reads_of(record).get(text_digest(text.ids))
+        whose = "its own greedy text" if own else "the other arm's greedy text"
+        if read is None:
+            return f"{suite}/{p.item_id}: the {arm}'s record holds no read of {whose}{fix}"
+        if len(read.lp) != len(text.ids) or (own and (read.top is None or len(read.top) != len(text.ids))):
+            return f"{suite}/{p.item_id}: the {arm}'s read of {whose} does not cover its {len(text.ids)} tokens"
     return None
+

@@ -133,6 +133,8 @@ class SuiteInfo(_Part):
     source: str = Field("", description="Where the items came from, and the suite's settings.")
     n: int = Field(description="Items per arm.")
     item_ids: list[str] = Field(description="In the order they run (shuffled with --sequential).")
+    decode_tokens: int = Field(0, description="Drift: greedy tokens per document it decodes, where it does (0: none); a record without them is refused.")  # fmt: skip
+    decode_everywhere: bool = Field(False, description="Drift: it decodes on every engine, not only where the forced path is prefill.")  # fmt: skip
 
 
 class Check(_Part):

@@ -137,6 +137,20 @@ class Suite(Protocol):
         unless it says otherwise; a run whose suites take none refuses the flag."""
         return self.kind == "chat"
 
+    def decode_plan(self, options: SuiteOptions) -> tuple[int, bool]:
+        """(greedy tokens per document, on every engine): what a drift suite's plan promises its
+        records hold (the manifest keeps it, the reader holds each record to it); (0, False): none."""
+        return 0, False
+
+    async def read_texts(
+        self, item: Item, response: Any, texts: Sequence[tuple[Sequence[int], bool]], scorer: Scorer
+    ) -> Any:
+        """``response`` with this server's teacher-forced reads of ``texts`` (the other arms'
+        greedy generations, each with whether it ended at a stop token) added: the second pass a
+        drift suite's cross rows need, which the loop runs once the other arm's records exist
+        (``run/reads.py``). The default adds nothing."""
+        return response
+
     def size(self, options: SuiteOptions) -> int: ...
 
     def source(self, options: SuiteOptions) -> str: ...

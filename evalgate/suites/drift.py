@@ -22,11 +22,23 @@ path is prefill (``Scorer.forced_path``), each document is therefore also decode
 ``decode_tokens`` tokens (``Scorer.decode_distributions``): every step reads the cache, and the
 gate compares the arms position by position on the shared prefix of their two generations, up to
 and including the first position where they part. On llama.cpp the forced tokens are generated
-one step at a time through a token-id grammar, so the forced path is already the decode path.
+one step at a time through a token-id grammar, so the forced path is already the decode path; it
+decodes greedily too when ``decode_tokens`` is set.
 
-Record (suite version 2): ``response = {"path": "prefill"|"decode", "ids": [forced ids], "lp":
+After the parting the two arms condition on different text, so what stays comparable is how each
+generation reads to the other arm: each arm's text is read teacher-forced on the other arm
+(``read_texts``, a second pass the loop runs once both arms have generated: ``run/reads.py``), and
+on a prefill engine each arm also re-reads its own text right after generating it (the prefill
+path against what its decode said: the within-arm row). A stop token cannot be forced on every
+engine (llama.cpp's grammar refuses an end-of-generation token until it is complete), so a text
+that ended at a stop is forced up to it and the stop token's logprob is read from a one-token
+greedy step after it (``"stop": true``; where the stop token is not in that step's top-k, the
+lowest listed logprob, an upper bound).
+
+Record (suite version 3): ``response = {"path": "prefill"|"decode", "ids": [forced ids], "lp":
 [their logprobs], "top": [[[id, logprob], ...] per position], "decode": {"ids", "lp", "top",
-"finish"}}``, ``decode`` only where the forced path is prefill.
+"finish"}, "reads": [{"of": text digest, "lp": [...], "top": [...] (own text only), "stop":
+bool}]}``, ``decode`` where the forced path is prefill or ``decode_tokens`` is set.
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalgate.config import read_text
 from evalgate.engines.api import Position
 from evalgate.errors import ConfigError, InvalidResponse
+from evalgate.store.drift_records import text_digest
 from evalgate.store.facts import RecordExtra
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
 
@@ -87,8 +100,9 @@ class DriftSettings(BaseModel):
         ge=0,
         le=4096,
         description=(
-            "greedy tokens decoded per document where the forced path is prefill (SGLang, vLLM); "
-            f"unset: {DECODE_TOKENS} without a generation cap, {CAPPED_DECODE_TOKENS} with one (CPU); 0: none"
+            "greedy tokens decoded per document; unset: only where the forced path is prefill (SGLang, "
+            f"vLLM), {DECODE_TOKENS} without a generation cap, {CAPPED_DECODE_TOKENS} with one (CPU); set: "
+            "on every engine (llama.cpp too, whose forced path already decodes); 0: none"
         ),
     )
 
@@ -102,7 +116,7 @@ class DriftSettings(BaseModel):
 @dataclass
 class DriftSuite(Suite):
     name: str = "drift"
-    version: int = 2
+    version: int = 3
     metrics: tuple[str, ...] = ("loglik", "tokens")
     kind: str = "loglikelihood"
     private: bool = False
@@ -120,6 +134,9 @@ class DriftSuite(Suite):
         if options.max_gen_tokens is None:
             return DECODE_TOKENS
         return min(CAPPED_DECODE_TOKENS, options.max_gen_tokens)
+
+    def decode_plan(self, options: SuiteOptions) -> tuple[int, bool]:
+        return self.decode_tokens(options), self.settings.decode_tokens is not None
 
     def size(self, options: SuiteOptions) -> int:
         return len(_documents(_where(options)))
@@ -171,8 +188,8 @@ class DriftSuite(Suite):
         positions = await scorer.token_distributions(tokens, start=len(context), top_k=top_k)
         response: dict[str, Any] = {"path": scorer.forced_path, "ids": list(scored), **_lists(positions)}
         counts = {"prompt": len(context), "scored": len(positions)}
-        steps = self.decode_tokens(options)
-        if scorer.forced_path == "prefill" and steps:
+        steps, everywhere = self.decode_plan(options)
+        if steps and (everywhere or scorer.forced_path == "prefill"):
             decoded = await scorer.decode_distributions(context, max_tokens=steps, top_k=top_k)
             response["decode"] = {
                 "ids": list(decoded.tokens),
@@ -180,6 +197,9 @@ class DriftSuite(Suite):
                 "finish": decoded.finish_reason,
             }
             counts["decoded"] = len(decoded.tokens)
+            if scorer.forced_path == "prefill":  # the prefill path re-reads what decode wrote
+                stop = decoded.finish_reason == "stop"
+                response["reads"] = [await _read(scorer, context, list(decoded.tokens), stop, top_k=top_k)]
         loglik = float(sum(lp for lp, _ in positions))
         digest = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
         return ItemResult(
@@ -189,6 +209,42 @@ class DriftSuite(Suite):
             tokens=counts,
             extra=RecordExtra(prompt_tokens=len(tokens), sent_hash=digest),
         )
+
+    async def read_texts(
+        self, item: Item, response: Any, texts: Sequence[tuple[Sequence[int], bool]], scorer: Scorer
+    ) -> Any:
+        """The other arms' greedy texts read on this server (lp only: the cross rows need no
+        top-k), added to ``response["reads"]``; ``stop``: the text ended at a stop token (its
+        generator's ``finish``)."""
+        question, _ = item.payload
+        context = await scorer.tokenize(question + "\n")
+        reads = list(response.get("reads") or [])
+        for ids, stop in texts:
+            reads.append(await _read(scorer, context, list(ids), bool(stop), top_k=1, keep_top=False))
+        return {**response, "reads": reads}
+
+
+async def _read(
+    scorer: Scorer, context: list[int], ids: list[int], stop: bool, *, top_k: int, keep_top: bool = True
+) -> dict[str, Any]:
+    """One teacher-forced read of ``ids`` after ``context``: each token's logprob (and top-k). A
+    stop token is read from a one-token greedy step after the text before it (module docstring)."""
+    forced = ids[:-1] if stop else ids
+    positions = (
+        list(await scorer.token_distributions([*context, *forced], start=len(context), top_k=top_k))
+        if forced
+        else []
+    )
+    if stop:
+        step = await scorer.decode_distributions([*context, *forced], max_tokens=1, top_k=max(top_k, 20))
+        _, alternatives = step.positions[0]
+        listed = dict(alternatives)
+        last = listed.get(ids[-1], min(listed.values()))
+        positions.append((float(last), tuple(alternatives[:top_k])))
+    read: dict[str, Any] = {"of": text_digest(ids), **_lists(positions), "stop": stop}
+    if not keep_top:
+        del read["top"]
+    return read
 
 
 def _lists(positions: Sequence[Position]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 
 from evalgate.errors import ConfigError
 from evalgate.gate import GatePolicy, decide
-from evalgate.store.drift_records import response_problem
+from evalgate.store.drift_records import response_problem, text_digest
 from evalgate.store.records import Pair, Record, read_records
 from tests.gate.test_drift import VOCAB, _log_softmax, _top
 
@@ -70,6 +70,9 @@ def decode_pairs(
                     "top": [_top(s[side]) for s in steps],
                     "finish": "length",
                 },
+                # the prefill path re-reads the arm's own greedy text: exact on both arms
+                "reads": [{"of": text_digest(greedy), "lp": [float(s[0][t]) for s, t in zip(steps, greedy, strict=True)],
+                           "top": [_top(s[0]) for s in steps], "stop": False}],
             }  # fmt: skip
             arms[arm] = _record(arm, doc, response, sum(lp), forced)
         pairs.append(Pair(doc, 0, arms["baseline"], arms["candidate"]))
@@ -103,7 +106,7 @@ def test_a_drift_that_starts_late_is_caught_by_the_late_bucket_and_named() -> No
     late = decode["256-1023"]
     assert late.gated and late.status == "block" and v.verdict == "BLOCK"
     assert late.onset == "256-1023" and "starts at positions 256-1023" in late.reason
-    assert not decode["0-63"].gated and not decode["64-255"].gated
+    assert decode["0-63"].gated and decode["64-255"].gated  # every bucket is gated (#53)
 
 
 def test_identical_decode_paths_do_not_block_and_report_no_parting() -> None:
@@ -121,6 +124,9 @@ def test_generations_that_part_are_compared_up_to_the_parting() -> None:
         top10[0], top10[1] = [top10[1][0], top10[0][1]], [top10[0][0], top10[1][1]]
         d["ids"][10] = top10[0][0]
         d["lp"][10] = top10[0][1]
+        # the reads the texts now need: the candidate's own, and the baseline's of the candidate's
+        p.candidate.response["reads"] = [{"of": text_digest(d["ids"]), "lp": d["lp"], "top": d["top"]}]
+        p.baseline.response["reads"].append({"of": text_digest(d["ids"]), "lp": d["lp"]})
     v = _decide(pairs)
     (parted,) = _rows(v, path="decode", measure="parted")
     assert parted.estimate == 1.0 and "position 10" in parted.reason

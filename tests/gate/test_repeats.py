@@ -193,7 +193,7 @@ def test_the_progress_bar_shows_each_arms_running_accuracy(
     tmp_path: Path, data_dir: Path, use, gsm8k_answers, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]
     """sgl-eval's live accuracy: the baseline right every time, the candidate 1 in 4 (its draws)."""
-    from evalgate.run.loop import LiveAccuracy
+    from evalgate.run.progress import LiveAccuracy
     from evalgate.store.records import Record
 
     engine = FakeEngine(sampled=_sampler({"candidate": 0.75}))

@@ -45,8 +45,12 @@ def test_identical_arms_pass_with_zero_drift_and_records_pair_by_token_ids(
         assert b["extra"]["sent_hash"] == c["extra"]["sent_hash"]
         assert len(b["response"]["top"]) == b["metrics"]["tokens"] == b["tokens"]["scored"] > 0
         assert all(len(pos) == 20 for pos in b["response"]["top"])
-    assert sum(1 for c in engine.calls if c.kind == "token_distributions") == 24
-    assert sum(1 for c in engine.calls if c.kind == "decode_distributions") == 24
+    # per document and arm: the forced solution, and the prefill path re-reading the greedy text
+    # (identical texts: no cross read); a text that ended at a stop reads its stop token in one step
+    assert sum(1 for c in engine.calls if c.kind == "token_distributions") == 48
+    stopped = sum(r["response"]["decode"]["finish"] == "stop" for r in base + cand)
+    assert sum(1 for c in engine.calls if c.kind == "decode_distributions") == 24 + stopped
+    assert all(len(r["response"]["reads"]) == 1 for r in base + cand)
     assert all(
         b["response"]["decode"]["ids"] == c["response"]["decode"]["ids"]
         for b, c in zip(base, cand, strict=True)
