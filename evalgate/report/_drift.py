@@ -59,7 +59,9 @@ KL_NOTE = (
     "logprobs (the forward pass over freshly computed keys and values); decode rows read generated "
     "tokens, each step reading the KV cache back (llama.cpp's forced tokens, or both arms' greedy "
     "generations compared up to the first position where they part), per generated-token position "
-    "bucket too. "
+    "bucket too. Past the parting the texts are compared whole: the candidate's text read by the "
+    "baseline against the baseline's own (per token), the greedy length, and on a prefill engine each "
+    "arm's decode against its own prefill re-read of its text. "
 )
 """The KL part of a panel's note: only for a suite with a kld row (an imported perplexity task has none)."""
 NOTE = (
@@ -106,15 +108,21 @@ def drift_label(row: DriftRow) -> str:
         return f"{path}top-1 agreement"
     if row.measure == "parted":
         return f"{path}greedy generations parted"
-    return row.measure
+    return {
+        "cross": f"{path}the candidate's text read by the baseline (nats/token, own text minus it)",
+        "length": f"{path}greedy length, candidate against baseline",
+        "consistency": f"{path}decode vs prefill on its own text, candidate's excess (nats/token)",
+    }.get(row.measure, row.measure)
 
 
 def drift_value(measure: str, value: float | None) -> str:
     """KL to 3 significant digits, a ratio as x1.0123, a share as a percentage; None as a dash."""
     if value is None:
         return "—"
-    if measure == "kld":
+    if measure in ("kld", "cross", "consistency"):
         return f"{value:.3g}"
+    if measure == "length":
+        return f"{value:+.1%}"
     if measure == "ppl_ratio":
         return f"x{value:.4f}"
     if measure in ("top1_agree", "parted"):
@@ -140,15 +148,19 @@ def drift_cells(row: DriftRow) -> list[str]:
 def quantile_rows(s: SuiteDrift) -> list[list[str]]:
     """Per pair with distributions: the per-token KL's p50, p90, p99, p99.9 and top-1 agreement."""
     agree: dict[str, float] = {}
-    for r in s.rows:  # the forced path's agreement: the quantiles are its positions'
+    for r in s.rows:  # each source's agreement: the forced path's first, then the greedy prefix's
         if r.measure == "top1_agree":
-            agree.setdefault(r.pair, r.estimate)
+            key = r.pair if r.pair not in agree else f"{r.pair} greedy"
+            agree.setdefault(key, r.estimate)
     out = []
     for pair in [p for p in PAIRS if p in s.quantiles] + [p for p in s.quantiles if p not in PAIRS]:
         q = s.quantiles[pair]
+        base, _, greedy = pair.partition(" ")
+        label = PAIRS.get(base, fmt.clean(base)) + (f" {greedy}" if greedy else "")
+        where = s.quantile_paths.get(pair)
         out.append(
             [
-                PAIRS.get(pair, fmt.clean(pair)),
+                f"{label}, {fmt.clean(where)}" if where else label,
                 *(drift_value("kld", q.get(k)) for k in ("p50", "p90", "p99", "p99.9")),
                 drift_value("top1_agree", agree.get(pair)),
             ]
