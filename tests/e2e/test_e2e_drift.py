@@ -60,3 +60,36 @@ def test_four_bit_kv_blocks_on_the_drift_rows(data_dir: Path, tmp_path: Path) ->
     verdict = json.loads((run / "verdict.json").read_text())
     assert "decode-path mean KL" in verdict["reason"] and "above the budget" in verdict["reason"]
     assert "drift" in (run / "summary.md").read_text()
+
+
+def test_greedy_texts_are_read_across_the_arms_on_the_real_server(data_dir: Path, tmp_path: Path) -> None:
+    """#53 on llama.cpp: with decode_tokens set, both arms decode greedily; where a document's
+    generations part, each arm reads the other's text (the baseline launched again after the
+    candidate) through the grammar's forcing, and the cross and length rows are computed from them."""
+    config = tmp_path / "evalgate.toml"
+    config.write_text(KV4)
+    run = tmp_path / "kv4-greedy"
+    code = main(["compare", "--config", str(config), "--baseline", "bf16", "--candidate", "kv4", "--suites", "drift",
+                 "--limit", "12", "--suite-opt", "drift.decode_tokens=32", "--data-dir", str(data_dir),
+                 "--out", str(run)])  # fmt: skip
+    assert code == 1  # the 4-bit cache still blocks
+    rows = drift_rows(run)
+    assert {"cross", "length", "parted"} <= {m for m, _ in rows}
+    assert rows[("cross", "candidate")]["path"] == "decode" and rows[("cross", "candidate")]["status"] != "info"
+
+    def latest(arm: str) -> dict[str, Any]:
+        out = {}
+        for line in (run / "items" / f"drift.{arm}.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            out[r["item_id"]] = r
+        return out
+
+    base, cand = latest("baseline"), latest("candidate")
+    parted = [i for i in base if base[i]["response"]["decode"]["ids"] != cand[i]["response"]["decode"]["ids"]]
+    assert parted, "a 4-bit KV cache parts some of 12 greedy generations"
+    for i in parted:  # each arm read the other's text, as long as it is
+        for reader, writer in ((base, cand), (cand, base)):
+            (read,) = reader[i]["response"]["reads"]
+            assert len(read["lp"]) == len(writer[i]["response"]["decode"]["ids"])
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["suites"]["drift"]["decode_tokens"] == 32 and manifest["suites"]["drift"]["decode_everywhere"]
