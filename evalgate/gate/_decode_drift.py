@@ -51,12 +51,15 @@ __all__ = [
 
 BUCKETS = (0, 64, 256, 1024)
 """First generated-token position of each bucket; the last runs to the end."""
-MIN_DOCS = 10
+MIN_DOCS = 30
 """Documents a gated drift row needs before its upper bound may show it within budget (fewer:
-UNDERPOWERED); the bootstrap's bound misses its level below it (docs/measurements.md)."""
-MIN_DIFFERING = 5
+UNDERPOWERED): with the all-differing bound at alpha / 2, the smallest n at which a lognormal
+sigma 0.75 or gamma shape 0.5 per-document KLD gives false "within budget" rates consistent with
+0.05; at 3-20 documents 0.06-0.10 (docs/measurements.md, "the fewest documents that may be powered")."""
+MIN_DIFFERING = 4
 """Differing documents (the rest bit-identical) a row needs before it may be powered: from one to
-three the bound is their own largest ratio, and misses its level (docs/measurements.md)."""
+three the bound is their own largest ratio and misses its level (gamma: 0.11-0.38); from 4 on,
+at most 0.042 at n = 12 and 0.021 at n = 50 (docs/measurements.md)."""
 Row = Callable[..., DriftRow]
 """``gate/_drift.py``'s ``_budget_row`` with the suite, pair, budget and level bound."""
 
@@ -156,7 +159,13 @@ def bucket_rows(
     buckets = bucket_sums(docs)
     limit = budget.kld if budget is not None else None
     if len(buckets) < 2:  # one bucket is the whole row again: no rows, but it says where
-        if first is not None and buckets and limit is not None and first.lower is not None and first.lower > limit:
+        if (
+            first is not None
+            and buckets
+            and limit is not None
+            and first.lower is not None
+            and first.lower > limit
+        ):
             first.onset = span_label(buckets[0][0])
         return []
     out = [
@@ -220,10 +229,17 @@ def _consistency_row(
         gaps = []
         for record, g in ((p.baseline, b), (p.candidate, c)):
             read = own_read(record)
-            stop = bool(next((r.get("stop") for r in record.response["reads"] if r["of"] == text_digest(g.ids)), False))
+            stop = bool(
+                next(
+                    (r.get("stop") for r in record.response["reads"] if r["of"] == text_digest(g.ids)), False
+                )
+            )
             gaps.append(_gaps(read.top or [], g, stop))  # type: ignore[union-attr]
         by_arm.append(gaps)
-        excess.append(float(np.mean(gaps[1]) if gaps[1].size else 0.0) - float(np.mean(gaps[0]) if gaps[0].size else 0.0))
+        excess.append(
+            float(np.mean(gaps[1]) if gaps[1].size else 0.0)
+            - float(np.mean(gaps[0]) if gaps[0].size else 0.0)
+        )
     limit = budget.kld if budget is not None else None
     r = row("consistency", "tokens", excess, [1.0] * len(excess), limit, path="decode",
             how="paired bootstrap over documents of each arm's decode-against-prefill KL on its own text")  # fmt: skip

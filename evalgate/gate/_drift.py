@@ -74,7 +74,8 @@ class SuiteDrift:
     """Per pair (candidate, aa), the forced path's per-token KL p50, p90, p99 and p99.9; under
     "<pair> greedy" the same on the shared greedy prefix."""
     quantile_paths: dict[str, str] = field(default_factory=dict)
-    """What each entry of ``quantiles`` read (its path and source), named on its line."""
+    """What each entry of ``quantiles`` read, named on its line: the forced solution's path where the
+    records name it ("" where not), or the shared greedy prefix's."""
     by_position: dict[str, list[float]] = field(default_factory=dict)
     """Per pair: the mean KL in each of ``POSITION_BUCKETS`` equal spans of the scored positions."""
     positions: list[int] = field(default_factory=list)
@@ -134,9 +135,8 @@ def drift_for(
             if not flat:
                 continue
             out.quantiles[key] = {k: float(v) for k, v in stats.kld_quantiles(flat, qs=QUANTILES).items()}
-            out.quantile_paths[key] = (
-                f"{path or 'unknown'} path, forced solution" if source == "forced" else "decode path, shared greedy prefix"
-            )
+            where = f"{path} path" if source == "forced" and path else ""
+            out.quantile_paths[key] = where if source == "forced" else "decode path, shared greedy prefix"
             if source == "forced":
                 out.positions, out.by_position[pair_name] = _by_position(kls)
     _parted_beside_aa(out.rows)
@@ -223,7 +223,7 @@ def _budget_row(
         numer,
         denom,
         budget=on_theta if on_theta is not None else 0.0,
-        alpha=alpha,
+        alpha=alpha, upper_alpha=alpha / 2,  # a "within budget" bound at alpha holds it only from n ~ 200
         seed=stats.stable_seed(seed, suite, measure, unit, pair_name, *((path, span) if path else ())),
     )  # fmt: skip  (an info row's budget is 0.0: its p is not used)
     show = _exp if ppl else (lambda v: v)

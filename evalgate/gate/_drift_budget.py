@@ -68,4 +68,6 @@ def parse_drift_budget(text: str | None) -> DriftBudget:
             length = number
         else:
             raise ConfigError(f"--drift-budget: unknown budget {key!r}", fix=fix)
-    return DriftBudget(kld=kld, ppl_margin=ppl, length=length, source="set for this run (--drift-budget or [suites.drift])")
+    return DriftBudget(
+        kld=kld, ppl_margin=ppl, length=length, source="set for this run (--drift-budget or [suites.drift])"
+    )

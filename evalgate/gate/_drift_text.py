@@ -19,8 +19,8 @@ def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
     within = row.upper is not None and row.budget is not None and row.upper < row.budget
     if row.budget_low is not None:  # --policy difference: the ratio's band has a lower edge too
         within = within and row.lower is not None and row.lower > row.budget_low
-    few = _too_few(row)
-    if within and few:
+    few = _too_few(row) if within else ""
+    if few:
         within = False  # a bound from too few documents does not hold its level: never powered
     if non_inferiority:
         row.significant = not within
@@ -28,7 +28,9 @@ def drift_status(row: DriftRow, *, non_inferiority: bool, alpha: float) -> None:
     below = row.budget_low is not None and row.estimate < (1.0 if row.measure == "ppl_ratio" else 0.0)
     if row.significant and below:
         row.status = "block"
-        row.reason = f"{what} below {_fmt(row, row.budget_low)}: {_BELOW.get(row.measure, _BELOW['ppl_ratio'])}"
+        row.reason = (
+            f"{what} below {_fmt(row, row.budget_low)}: {_BELOW.get(row.measure, _BELOW['ppl_ratio'])}"
+        )
         row.reason += "" if non_inferiority else f", Holm p = {row.p_adjusted:.3g} < {alpha}"
     elif row.significant:
         row.status = "block"

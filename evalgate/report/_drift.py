@@ -59,11 +59,15 @@ KL_NOTE = (
     "logprobs (the forward pass over freshly computed keys and values); decode rows read generated "
     "tokens, each step reading the KV cache back (llama.cpp's forced tokens, or both arms' greedy "
     "generations compared up to the first position where they part), per generated-token position "
-    "bucket too. Past the parting the texts are compared whole: the candidate's text read by the "
-    "baseline against the baseline's own (per token), the greedy length, and on a prefill engine each "
-    "arm's decode against its own prefill re-read of its text. "
+    "bucket too. "
 )
 """The KL part of a panel's note: only for a suite with a kld row (an imported perplexity task has none)."""
+PAST_NOTE = (
+    "Past the parting the texts are compared whole: the candidate's text read by the baseline against "
+    "the baseline's own (per token), the greedy length, and on a prefill engine each arm's decode "
+    "against its own prefill re-read of its text. "
+)
+"""Added for a suite with greedy generations (rows past the first parting)."""
 NOTE = (
     "{kl}The bounds are one-sided {level} paired-bootstrap bounds over documents: a row passes "
     "when its upper bound is below the budget, blocks when the drift is shown above it, and is "
@@ -155,8 +159,8 @@ def quantile_rows(s: SuiteDrift) -> list[list[str]]:
     out = []
     for pair in [p for p in PAIRS if p in s.quantiles] + [p for p in s.quantiles if p not in PAIRS]:
         q = s.quantiles[pair]
-        base, _, greedy = pair.partition(" ")
-        label = PAIRS.get(base, fmt.clean(base)) + (f" {greedy}" if greedy else "")
+        base = pair.partition(" ")[0]
+        label = PAIRS.get(base, fmt.clean(base))
         where = s.quantile_paths.get(pair)
         out.append(
             [
@@ -180,6 +184,8 @@ def drift_panels(verdict: Verdict) -> list[DriftPanel]:
             if any(r.measure == "kld" for r in s.rows)
             else "Perplexity ratio = candidate over baseline. "
         )
+        if any(r.measure in ("parted", "cross", "length") for r in s.rows):
+            kl += PAST_NOTE
         note = NOTE.format(kl=kl, level=level) + (f" {s.note}." if s.note else "")
         out.append(
             DriftPanel(

@@ -340,6 +340,12 @@ def check_pair(suite: str, p: Pair) -> str | None:
     if (gb is None) != (gc is None):
         return f"{suite}/{p.item_id}: only one arm decoded the document greedily (the decode path)"
     if gb is None or gc is None:
+        for arm, r in (("baseline", p.baseline), ("candidate", p.candidate)):
+            if reads_of(r):  # reads are only made of a greedy text: its generation was removed
+                return (
+                    f"{suite}/{p.item_id}: the {arm}'s record holds reads of greedy texts but no greedy "
+                    "generation ('decode'): the record was altered; run the drift suite again"
+                )
         return None
     return _reads_problem(suite, p, gb, gc)
 
@@ -358,6 +364,7 @@ def _reads_problem(suite: str, p: Pair, gb: Greedy, gc: Greedy) -> str | None:
         if read is None:
             return f"{suite}/{p.item_id}: the {arm}'s record holds no read of {whose}{fix}"
         if len(read.lp) != len(text.ids) or (own and (read.top is None or len(read.top) != len(text.ids))):
-            return f"{suite}/{p.item_id}: the {arm}'s read of {whose} does not cover its {len(text.ids)} tokens"
+            return (
+                f"{suite}/{p.item_id}: the {arm}'s read of {whose} does not cover its {len(text.ids)} tokens"
+            )
     return None
-

@@ -75,7 +75,9 @@ def test_greedy_texts_are_read_across_the_arms_on_the_real_server(data_dir: Path
     assert code == 1  # the 4-bit cache still blocks
     rows = drift_rows(run)
     assert {"cross", "length", "parted"} <= {m for m, _ in rows}
-    assert rows[("cross", "candidate")]["path"] == "decode" and rows[("cross", "candidate")]["status"] != "info"
+    assert (
+        rows[("cross", "candidate")]["path"] == "decode" and rows[("cross", "candidate")]["status"] != "info"
+    )
 
     def latest(arm: str) -> dict[str, Any]:
         out = {}
@@ -92,4 +94,7 @@ def test_greedy_texts_are_read_across_the_arms_on_the_real_server(data_dir: Path
             (read,) = reader[i]["response"]["reads"]
             assert len(read["lp"]) == len(writer[i]["response"]["decode"]["ids"])
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["suites"]["drift"]["decode_tokens"] == 32 and manifest["suites"]["drift"]["decode_everywhere"]
+    assert (
+        manifest["suites"]["drift"]["decode_tokens"] == 32
+        and manifest["suites"]["drift"]["decode_everywhere"]
+    )

@@ -101,7 +101,7 @@ def _decide(pairs: list[Pair], *, aa: list[Pair] | None = None, suite: str = "dr
     )
 
 
-def _drift_run(root: Path, *, n: int = 24, noise: float = 0.01, imported: bool = False) -> Path:
+def _drift_run(root: Path, *, n: int = 32, noise: float = 0.01, imported: bool = False) -> Path:
     """A run folder with a drift suite (live, or an imported perplexity task) beside arc_easy, a
     multiple-choice suite whose flips give the flip-drift table."""
     pairs = imported_pairs(n, suite="drift") if imported else drift_pairs(n, noise)
@@ -162,7 +162,7 @@ def test_a_drift_run_renders_its_rows_quantiles_chart_and_documents_everywhere(t
     assert "Does the distribution predict the flips?" in page and "AUC" in page
     assert "0.5 means the distribution" in page
     # the drift suite's items are documents (loglik per arm, mean KL), not regressions of "loglik"
-    assert "24 paired documents" in page and "drift-0000" in page
+    assert "32 paired documents" in page and "drift-0000" in page
     assert (
         "drift · loglik" not in page
         and "The arms agree on every item" not in page.split('id="suite-0')[1][:400]
@@ -170,7 +170,7 @@ def test_a_drift_run_renders_its_rows_quantiles_chart_and_documents_everywhere(t
 
     summary = (run_dir / "summary.md").read_text(encoding="utf-8")
     assert "#### drift: distribution drift" in summary
-    assert f"| mean KL (nats/token) | candidate | 24 | {kld.estimate:.3g} |" in summary
+    assert f"| mean KL (nats/token) | candidate | 32 | {kld.estimate:.3g} |" in summary
     assert "| pair | KL p50 | KL p90 | KL p99 | KL p99.9 | top-1 agreement |" in summary
     assert "flipped: mean choice KL" in summary
 
@@ -195,14 +195,14 @@ def test_a_drift_run_renders_its_rows_quantiles_chart_and_documents_everywhere(t
     )
     assert (frame["kind"] == "flip drift").sum() == 1
     docs = run.drift()
-    assert len(docs) == 24 and set(docs["pair"]) == {"candidate"} and docs["kld_mean"].notna().all()
+    assert len(docs) == 32 and set(docs["pair"]) == {"candidate"} and docs["kld_mean"].notna().all()
     assert docs["kld_mean"].mean() == pytest.approx(kld.estimate, rel=1e-9)  # equal lengths: mean of means
     pairs = run.pairs()
     assert not pairs[pairs["suite"] == "drift"]["flipped"].any()
     assert set(pairs[pairs["suite"] == "drift"]["direction"]) == {"drift"}
 
     assert main(["export", str(run_dir), "--format", "csv", "--out", str(tmp_path / "x")]) == 0
-    assert (tmp_path / "x" / "drift.csv").read_text(encoding="utf-8").count("\n") == 25
+    assert (tmp_path / "x" / "drift.csv").read_text(encoding="utf-8").count("\n") == 33
     assert "kld" in (tmp_path / "x" / "verdict.csv").read_text(encoding="utf-8")
 
 

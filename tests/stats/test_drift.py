@@ -201,6 +201,22 @@ def test_studentized_and_union_match_a_computation_by_hand() -> None:
     assert stu.upper > pct.upper  # right skew: the studentized bound reaches further up
 
 
+def test_upper_alpha_moves_only_the_upper_bound_where_every_document_differs() -> None:
+    """The gate's "within budget" bound at alpha / 2: the upper bound is the alpha / 2 call's, the
+    lower bound, p-value and reported alpha stay the alpha call's, on the same resamples."""
+    x, y = _skewed(np.random.default_rng(5), 30, sigma=1.2)
+    kw = {"budget": 0.015, "n_resamples": 2000, "seed": 3}
+    at, half = (stats.ratio_budget_test(x, y, alpha=a, **kw) for a in (0.05, 0.025))  # type: ignore[arg-type]
+    mixed = stats.ratio_budget_test(x, y, alpha=0.05, upper_alpha=0.025, **kw)  # type: ignore[arg-type]
+    assert mixed.upper == half.upper > at.upper
+    assert (mixed.lower, mixed.p_value, mixed.alpha) == (at.lower, at.p_value, 0.05)
+    x0 = np.where(
+        np.arange(30) % 3 == 0, 0.0, x
+    )  # some identical: the zero-inflated path keeps its own levels
+    zi = [stats.ratio_budget_test(x0, y, alpha=0.05, upper_alpha=u, **kw) for u in (None, 0.025)]  # type: ignore[arg-type]
+    assert zi[0] == zi[1]
+
+
 def test_every_document_at_the_same_ratio_is_exact() -> None:
     y = np.arange(10, 60, dtype=float)
     aa = stats.ratio_budget_test(np.zeros(50), y, budget=0.001, seed=0)  # an A/A run, deterministic servers
