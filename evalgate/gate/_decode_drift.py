@@ -60,6 +60,9 @@ MIN_DIFFERING = 4
 """Differing documents (the rest bit-identical) a row needs before it may be powered: from one to
 three the bound is their own largest ratio and misses its level (gamma: 0.11-0.38); from 4 on,
 at most 0.042 at n = 12 and 0.021 at n = 50 (docs/measurements.md)."""
+ONSET_DOCS = 10
+"""Documents a position's mean must average over before it may name where the arms split (the
+onset is a description beside a row's verdict, not a bound, so it does not wait for ``MIN_DOCS``)."""
 Row = Callable[..., DriftRow]
 """``gate/_drift.py``'s ``_budget_row`` with the suite, pair, budget and level bound."""
 
@@ -144,6 +147,8 @@ def greedy_rows(
     )  # fmt: skip
     out += bucket_rows(row, [docs[i] for i in keep], budget, "decode", first=out[0])
     out.append(_cross_row(row, pairs, greedy, budget))  # type: ignore[arg-type]
+    back = _back_row(row, pairs, greedy)  # type: ignore[arg-type]
+    out += [back] if back is not None else []
     out.append(_length_row(row, greedy, budget))  # type: ignore[arg-type]
     if pairs and all(p.baseline.response.get("path") == "prefill" for p in pairs):
         out.append(_consistency_row(row, pairs, greedy, budget))  # type: ignore[arg-type]
@@ -198,6 +203,29 @@ def _cross_row(
     limit = math.log1p(budget.ppl_margin) if budget is not None else None
     r = row("cross", "tokens", diffs, [1.0] * len(diffs), limit, path="decode", two_sided=True,
             how="paired bootstrap over documents of each text's mean logprob per token, read by the baseline")  # fmt: skip
+    r.units = tokens
+    return r
+
+
+def _back_row(row: Row, pairs: Sequence[Pair], greedy: Sequence[tuple[Greedy, Greedy]]) -> DriftRow | None:
+    """The other direction, shown: per document the candidate's mean logprob per token of its own
+    text minus of the baseline's, read by the candidate; None where a read is missing (the
+    candidate's read of the baseline's text is not required, only the baseline's of the candidate's)."""
+    diffs, tokens = [], 0
+    for p, (b, c) in zip(pairs, greedy, strict=True):
+        if b.ids == c.ids:
+            diffs.append(0.0)
+            tokens += len(b.ids)
+            continue
+        own, theirs = own_read(p.candidate), reads_of(p.candidate).get(text_digest(b.ids))
+        if own is None or theirs is None:
+            return None
+        diffs.append(_mean(own.lp) - _mean(theirs.lp))
+        tokens += len(b.ids)
+    if not diffs:
+        return None
+    r = row("cross_back", "tokens", diffs, [1.0] * len(diffs), None, path="decode", shown_only=True,
+            how="paired bootstrap over documents of each text's mean logprob per token, read by the candidate")  # fmt: skip
     r.units = tokens
     return r
 
@@ -257,7 +285,7 @@ def _split_at(by_arm: Sequence[Sequence[np.ndarray]], limit: float) -> str:
     for i in range(longest):
         c = [float(g[1][i]) for g in by_arm if len(g[1]) > i]
         b = [float(g[0][i]) for g in by_arm if len(g[0]) > i]
-        excess.append(_mean(c) - (_mean(b) if b else 0.0) if len(c) >= MIN_DOCS else math.nan)
+        excess.append(_mean(c) - (_mean(b) if b else 0.0) if len(c) >= ONSET_DOCS else math.nan)
     for i, e in enumerate(excess):
         later = [v for v in excess[i:] if not math.isnan(v)]
         if not math.isnan(e) and e > limit and _mean(later) > limit:

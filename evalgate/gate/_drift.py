@@ -223,7 +223,8 @@ def _budget_row(
         numer,
         denom,
         budget=on_theta if on_theta is not None else 0.0,
-        alpha=alpha, upper_alpha=alpha / 2,  # a "within budget" bound at alpha holds it only from n ~ 200
+        alpha=alpha,
+        upper_alpha=alpha / 2,  # a "within budget" bound at alpha holds it only from n ~ 200
         seed=stats.stable_seed(seed, suite, measure, unit, pair_name, *((path, span) if path else ())),
     )  # fmt: skip  (an info row's budget is 0.0: its p is not used)
     show = _exp if ppl else (lambda v: v)

@@ -109,6 +109,7 @@ def _name(row: DriftRow) -> str:
         "kld": "mean KL",
         "ppl_ratio": f"perplexity ratio (per {row.unit[:-1]})",
         "cross": "cross read (the candidate's greedy text read by the baseline, against its own)",
+        "cross_back": "cross read back (the baseline's greedy text read by the candidate, against its own)",
         "length": "greedy length (candidate against baseline)",
         "consistency": "within-arm decode-vs-prefill KL (the candidate's excess over the baseline's)",
     }.get(row.measure, row.measure)
@@ -124,7 +125,7 @@ def _describe(row: DriftRow) -> str:
 def _fmt(row: DriftRow, value: float | None) -> str:
     if value is None:
         return "n/a"
-    if row.measure in ("kld", "cross", "consistency"):
+    if row.measure in ("kld", "cross", "cross_back", "consistency"):
         return f"{value:.3g} nats/token"
     if row.measure == "length":
         return f"{value:+.1%}"

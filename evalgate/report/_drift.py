@@ -114,6 +114,7 @@ def drift_label(row: DriftRow) -> str:
         return f"{path}greedy generations parted"
     return {
         "cross": f"{path}the candidate's text read by the baseline (nats/token, own text minus it)",
+        "cross_back": f"{path}the baseline's text read by the candidate (nats/token, own text minus it)",
         "length": f"{path}greedy length, candidate against baseline",
         "consistency": f"{path}decode vs prefill on its own text, candidate's excess (nats/token)",
     }.get(row.measure, row.measure)
@@ -123,7 +124,7 @@ def drift_value(measure: str, value: float | None) -> str:
     """KL to 3 significant digits, a ratio as x1.0123, a share as a percentage; None as a dash."""
     if value is None:
         return "—"
-    if measure in ("kld", "cross", "consistency"):
+    if measure in ("kld", "cross", "cross_back", "consistency"):
         return f"{value:.3g}"
     if measure == "length":
         return f"{value:+.1%}"

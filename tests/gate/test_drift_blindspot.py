@@ -166,6 +166,9 @@ def test_garbage_after_a_legal_near_tie_blocks_on_the_cross_row(at: int) -> None
     assert _parted(v).estimate == 1.0
     assert v.verdict == "BLOCK", _show(v)
     assert [r.status for r in _rows(v, "cross")] == ["block"], _show(v)
+    # the other direction, the candidate reading the baseline's text, is shown beside it, never gated
+    (back,) = _rows(v, "cross_back")
+    assert back.status == "info" and not back.gated and back.n == N
 
 
 def test_a_one_token_answer_blocks_on_the_length_row() -> None:
