@@ -38,7 +38,13 @@ from evalgate.store.drift_records import forced_of, greedy_of
 async def _cost(
     scorer, docs: list[tuple[str, str]], *, forced: int, decode: int, top_k: int
 ) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"forced": [], "decode": [], "forced_pos": [], "decode_pos": []}
+    from evalgate.suites.drift import _read
+
+    out: dict[str, list[float]] = {
+        "forced": [], "decode": [], "forced_pos": [], "decode_pos": [], "own": [], "cross": [],
+    }  # fmt: skip
+    generated: list[tuple[int, ...]] = []
+    finish: list[str] = []
 
     async def run_forced(context: list[int], scored: list[int]) -> None:
         t = time.perf_counter()
@@ -51,12 +57,29 @@ async def _cost(
         got = await scorer.decode_distributions(context, max_tokens=decode, top_k=top_k)
         out["decode"].append(time.perf_counter() - t)
         out["decode_pos"].append(len(got.tokens))
+        generated.append(got.tokens)
+        finish.append(got.finish_reason)
+
+    async def run_reads(context: list[int]) -> None:
+        """Drift suite v3's reads (#53), as ``suites/drift.py`` makes them: on a prefill engine its
+        own text re-read with its top-k (the consistency row), and the other arm's text read with
+        lp only (the cross row), timed on this arm's own text, the cost of a text that parted at
+        its first token (the most a read costs: the whole generation)."""
+        ids, stop = list(generated[-1]), finish[-1] == "stop"
+        if scorer.forced_path == "prefill":
+            t = time.perf_counter()
+            await _read(scorer, context, ids, stop, top_k=top_k)
+            out["own"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        await _read(scorer, context, ids, stop, top_k=1, keep_top=False)
+        out["cross"].append(time.perf_counter() - t)
 
     for i, (question, answer) in enumerate(docs):  # alternate which runs first: the machines are noisy
         context = await scorer.tokenize(question + "\n")
         scored = (await scorer.tokenize(answer))[:forced]
         for step in (run_forced, run_decode) if i % 2 == 0 else (run_decode, run_forced):
             await step(context, scored)
+        await run_reads(context)
     return out
 
 
@@ -88,6 +111,21 @@ def cost(args: argparse.Namespace) -> None:
     print(f"forced ({fp:.0f} positions): {f:.3f} s/document, {f / fp * 1000:.1f} ms/position")
     print(f"greedy decode ({dp:.0f} positions): {d:.3f} s/document, {d / dp * 1000:.1f} ms/position")
     print(f"ratio decode / forced: x{d / f:.2f} per document, x{(d / dp) / (f / fp):.2f} per position")
+    # the drift suite's own work per arm and document with a greedy generation (on a prefill
+    # engine always; on llama.cpp only with drift.decode_tokens set, else neither version reads
+    # anything more): version 2 (forced positions and the generation) against version 3 (and reads)
+    before = [fo + de for fo, de in zip(out["forced"], out["decode"], strict=True)]
+    own = out["own"] or [0.0] * len(before)
+    after = [b + o + x for b, o, x in zip(before, own, out["cross"], strict=True)]
+    if scorer.forced_path == "prefill":
+        print(f"own re-read (consistency, top 20): {statistics.median(own):.3f} s/document")
+    print(f"cross read (lp only, a whole text): {statistics.median(out['cross']):.3f} s/document")
+    b, a = statistics.median(before), statistics.median(after)
+    print(
+        f"drift suite per arm and document, every text parted: v2 {b:.3f} s, v3 {a:.3f} s, "
+        f"ratio v3 / v2 x{a / b:.2f}; reads added: {1 + bool(out['own'])} (own re-read "
+        f"{'yes' if out['own'] else 'no: forced tokens already decode'}, one cross read)"
+    )
 
 
 def power(args: argparse.Namespace) -> None:
@@ -138,7 +176,7 @@ def power(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
-    c = sub.add_parser("cost", help="seconds per document, forced path against greedy decode")
+    c = sub.add_parser("cost", help="seconds per document: forced path, greedy decode, the #53 reads")
     c.add_argument("--engine", choices=("llamacpp", "sglang"), default="llamacpp")
     c.add_argument("--docs", type=int, default=20)
     c.add_argument("--decode-tokens", type=int, default=64)

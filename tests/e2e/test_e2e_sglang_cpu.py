@@ -147,6 +147,13 @@ def test_aa_bf16_passes_on_real_sglang(pairs: dict[str, Pair]) -> None:
     assert {r["path"] for r in rows} == {"prefill", "decode"}, rows
     assert all(r["status"] in ("pass", "underpowered") and r["estimate"] < 1e-3 for r in rows), rows
     assert drift_row(v, "kld")["n"] == LIMIT
+    # #53: past the first parting, each arm's whole greedy text read on the other (prompt logprobs),
+    # its length, and each arm's decode against its own prefill re-read; none blocks an A/A pair
+    past = {r["measure"]: r for r in v["drift"][0]["rows"] if r["pair"] == "candidate"}
+    assert {"cross", "length", "consistency", "parted"} <= set(past), sorted(past)
+    assert all(past[m]["status"] in ("pass", "underpowered") for m in ("cross", "length", "consistency")), (
+        past
+    )
 
 
 def drift_row(verdict: dict, measure: str) -> dict:
