@@ -347,15 +347,15 @@ def arc_pairs(rng: np.random.Generator, flips: float, choices: int = 4) -> list[
     return out
 
 
-def drift_pairs(rng: np.random.Generator, scale: float, tau: float) -> list[Pair]:
+def drift_pairs(rng: np.random.Generator, scale: float, tau: float, docs: int = DOCS) -> list[Pair]:
     """Drift records as the drift suite writes them: top-20 lists per position and the summed
     log-likelihood of the scored tokens (here drawn from the baseline's distribution)."""
-    lb, lc, token = draw_drift(rng, scale, tau)
+    lb, lc, token = draw_drift(rng, scale, tau, docs=docs)
     (ib, pb), (ic, pc) = _tops(lb), _tops(lc)
     llb = np.take_along_axis(lb, token[..., None], axis=-1)[..., 0].sum(axis=1)
     llc = np.take_along_axis(lc, token[..., None], axis=-1)[..., 0].sum(axis=1)
     out = []
-    for d in range(DOCS):
+    for d in range(docs):
         doc = f"train/{d:05d}"
         sent = hashlib.sha256(doc.encode()).hexdigest()[:16]
         recs = []
@@ -383,7 +383,9 @@ def scenarios(meas: dict[str, Measured], cal_docs: int, seed: int) -> list[Scena
     ]
 
 
-def run_scenario(s: Scenario, reps: int, seed: int, timer: list[float]) -> dict[str, np.ndarray]:
+def run_scenario(
+    s: Scenario, reps: int, seed: int, timer: list[float], docs: int = DOCS
+) -> dict[str, np.ndarray]:
     """Per policy and replicate: verdict BLOCK, KL row BLOCK, ppl row BLOCK, KL row PASS, KL estimate,
     the KL row's own p < alpha (before Holm: the ratio test alone)."""
     rng = np.random.default_rng(seed)
@@ -393,7 +395,7 @@ def run_scenario(s: Scenario, reps: int, seed: int, timer: list[float]) -> dict[
         per_suite = {
             "gsm8k": (GSM8K_METRICS, gsm8k_pairs(rng, s.flips)),
             "arc_easy": (("acc", "acc_norm"), arc_pairs(rng, s.flips)),
-            "drift": (("loglik", "tokens"), drift_pairs(rng, s.scale, s.tau)),
+            "drift": (("loglik", "tokens"), drift_pairs(rng, s.scale, s.tau, docs)),
         }
         timer[0] += time.perf_counter() - t0
         for name, policy in POLICIES.items():
@@ -420,7 +422,7 @@ def gate_section(args: argparse.Namespace) -> None:
     cal_docs = 200 if args.quick else 1000
     scen = scenarios(meas, cal_docs, args.seed)
     print(f"\n## The whole gate on drift: gsm8k ({ITEMS} items, {ACCURACY['gsm8k']:.0%} right) + arc_easy "
-          f"({ITEMS} items, {ACCURACY['arc_easy']:.0%} right) + drift ({DOCS} documents x {POSITIONS} positions, "
+          f"({ITEMS} items, {ACCURACY['arc_easy']:.0%} right) + drift ({args.docs} documents x {POSITIONS} positions, "
           f"top-{TOP_K} of {VOCAB}); evalgate.gate.decide, agreement gate on; {args.reps} replicates; seed {args.seed}")  # fmt: skip
     print(f"calibrated in {time.perf_counter() - t0:.0f} s on {cal_docs} documents\n")
     print("| scenario | KL target | CV target / fitted | scale, tau | full-vocab KL | top-1 sim / CSV "
@@ -441,12 +443,12 @@ def gate_section(args: argparse.Namespace) -> None:
     results = {}
     print(
         "\nP(BLOCK) (Monte Carlo standard error) of the verdict, the KL row and the perplexity row; P(the KL "
-        "row passes, powered); the mean of the KL estimates (the realised truth, 50 x reps documents).\n"
+        "row passes, powered); the mean of the KL estimates (the realised truth, docs x reps documents).\n"
     )
     print("| scenario | KL target | policy | verdict BLOCK | KL row BLOCK | ppl row BLOCK | KL row PASS "
           "| mean KL estimate |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
     for i, s in enumerate(scen):
-        res = run_scenario(s, args.reps, args.seed * 1000 + 100 + i, timer)
+        res = run_scenario(s, args.reps, args.seed * 1000 + 100 + i, timer, args.docs)
         results[s.name] = res
         for name, r in res.items():
             print(f"| {s.name} | {s.kl:.3g} | {name} | {_rate(r[:, 0])} | {_rate(r[:, 1])} | {_rate(r[:, 2])} "
@@ -488,6 +490,7 @@ def main() -> None:
                     help="both: ratio, zero and gate; few: benchmarks/sim_drift_few.py")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=200, help="whole-gate replicates per scenario")
+    ap.add_argument("--docs", type=int, default=DOCS, help="gate section: drift documents per replicate")
     ap.add_argument("--ratio-reps", type=int, default=1000, help="ratio-test replicates per cell")
     ap.add_argument("--resamples", type=int, default=2000, help="ratio section (the gate uses its own)")
     ap.add_argument("--alpha", type=float, default=0.05, help="ratio section (the gate: GatePolicy's)")
