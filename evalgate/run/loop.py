@@ -25,6 +25,7 @@ from evalgate.engines.attach import preflight_all
 from evalgate.engines.client import ROUTED_TO, RequestFailed
 from evalgate.errors import ConfigError, EvalgateError, InfraError, InvalidResponse, PreflightError
 from evalgate.redact import env_secrets, redact
+from evalgate.run.order import ServiceOrder
 from evalgate.run.plan import RunPlan, check_resumed_server, check_resumed_tokenizer
 from evalgate.run.progress import LiveAccuracy, progress_bars
 from evalgate.run.reads import run_reads, waiting
@@ -227,9 +228,10 @@ async def _run_group(
         prints = {arm: info.tokenizer_fingerprint for arm, info in plan.manifest.arms.items()}
         require_one_tokenizer({arm: fp for arm, fp in prints.items() if fp})  # this group's and earlier arms'
         plan.save()  # the tokenizers the records are made with, on disk before the first record
+        order = ServiceOrder()  # this launch's order of service, per arm
         with progress_bars(console) as progress:
             for suite in plan.suites:
-                await _run_blocks(plan, schedule, suite, scorers, recs, store, progress)
+                await _run_blocks(plan, schedule, suite, scorers, recs, store, progress, order)
             await run_reads(plan, scorers, store, progress)  # the drift suite's second pass
         for arm, scorer in scorers.items():
             _gateway_facts(plan, arm, scorer)
@@ -251,6 +253,7 @@ async def _run_blocks(
     recs: Records,
     store: RecordStore,
     progress: Progress,
+    order: ServiceOrder | None = None,
 ) -> None:
     """Each block of the suite on every arm that lacks some of its items; ``recs`` gains the new
     records (so no look re-reads the files) and each arm's time on the suite is recorded."""
@@ -282,8 +285,9 @@ async def _run_blocks(
             )
         t0 = time.perf_counter()
         written = await run_suite(
-            plan, suite, todo, scorers[arm], store, arm, variant, progress, bars[arm], live=live[arm]
-        )
+            plan, suite, todo, scorers[arm], store, arm, variant, progress, bars[arm], live=live[arm],
+            order=order,
+        )  # fmt: skip
         spent[arm] = spent.get(arm, 0.0) + time.perf_counter() - t0
         done.update((r.key, r) for r in written)
 
@@ -316,9 +320,12 @@ async def run_suite(
     bar: Any,
     *,
     live: LiveAccuracy | None = None,
+    order: ServiceOrder | None = None,
 ) -> list[Record]:
     """Run ``items`` on one arm, appending each record as it is scored; returns the records.
-    ``live``: the arm's running accuracy on the suite, shown on its progress bar."""
+    ``live``: the arm's running accuracy on the suite, shown on its progress bar; ``order``: the
+    launch's order of service, recorded on each record (``extra.served``; a new one if None)."""
+    order = order if order is not None else ServiceOrder()
     sem = asyncio.Semaphore(max(1, scorer.concurrency))
     hide = suite.private and not plan.options.reveal_private
     written: list[Record] = []
@@ -329,7 +336,8 @@ async def run_suite(
             t0 = time.perf_counter()
             routes: list[str] = []  # an arm behind smg: the workers that served this item
             ROUTED_TO.set(routes)  # this item's own task: no other item sees it
-            res, error = await _answer(suite, item, scorer, plan.options)
+            with order.serve(arm) as served:
+                res, error = await _answer(suite, item, scorer, plan.options)
             if error is not None:  # kept as an excerpt, without keys or private text
                 error = redact(error, secrets=secrets, private=item.secrets, limit=400)
             record = Record(
@@ -348,7 +356,11 @@ async def run_suite(
                 tokens=res.tokens if res else {},
                 latency_s=round(time.perf_counter() - t0, 4),
                 error=error,
-                extra=item.extra.updated(res.extra if res else None, workers=sorted(set(routes)) or None),
+                extra=item.extra.updated(
+                    res.extra if res else None,
+                    workers=sorted(set(routes)) or None,
+                    served=ServiceOrder.served(served),
+                ),
             )
             store.append(record)
             written.append(record)

@@ -46,6 +46,7 @@ __all__ = [
     "KvCapacity",
     "KvScales",
     "RecordExtra",
+    "Served",
     "ServerFacts",
 ]
 
@@ -148,6 +149,17 @@ def _field(description: str) -> Any:
     return Field(None, description=description)
 
 
+class Served(Facts):
+    """Where a record stood in its server's order of service (``evalgate.run.order``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    launch: str | None = _field("The launch of the arm's server that answered (its group's UTC start).")
+    seq: int | None = _field("0-based: the items sent to that launch before this one.")
+    in_flight: int | None = _field("Other items of this arm in flight when this one was sent.")
+    sent: float | None = _field("When its first request was sent (UTC epoch seconds).")
+    done: float | None = _field("When its last answer came back (UTC epoch seconds).")
+
+
 class RecordExtra(Facts):
     """A record's ``extra``: what the item was (from its suite) and facts about the answer."""
 
@@ -201,6 +213,10 @@ class RecordExtra(Facts):
     nonfinite: dict[str, str] | None = _field(
         "Values that were NaN or infinite, written as null (strict JSON has no such numbers): "
         "path (metrics.acc, response.0.0) -> nan, inf or -inf. Read back as those floats."
+    )
+    served: Served | None = _field(
+        "The order of service: the launch that answered, the item's place in its sequence, the items "
+        "in flight beside it, sent and done times. Absent in records written before it was recorded."
     )
     surrogates: list[str] | None = _field(
         "Fields whose text holds a lone UTF-16 surrogate, which UTF-8 cannot hold: the line "
