@@ -20,6 +20,7 @@ from evalgate.stats._agreement import (
     top1_agree,
 )
 from evalgate.stats._clustered import CR1_METHOD, ClusteredCI, clustered_diff_ci
+from evalgate.stats._decay import DecayResult, service_decay
 from evalgate.stats._drift import (
     DocDrift,
     document_drift,
@@ -77,6 +78,7 @@ __all__ = [
     "BootstrapResult",
     "BudgetTest",
     "ClusteredCI",
+    "DecayResult",
     "DiffCI",
     "DocDrift",
     "ExcessTestResult",
@@ -123,6 +125,7 @@ __all__ = [
     "sequential_evalue",
     "sequential_futile",
     "sequential_test",
+    "service_decay",
     "shuffled",
     "sign_flip_test",
     "stable_seed",
