@@ -266,6 +266,11 @@ class Engine(Protocol):
         """One line naming the cause and the fix of a failure seen in the server's log."""
         return None
 
+    def pressure(self, handle: ServerHandle) -> dict[str, Any] | None:
+        """What the server's log says of its KV pool so far (``engines.pressure``: retractions or
+        preemptions, peak usage), or None where the engine has no such log."""
+        return None
+
     def diagnose_signal(self, sig: signal.Signals, log: str) -> str | None:
         """What a fatal signal means for this engine's server, beyond ``SIGNAL_CAUSES``."""
         return None

@@ -235,6 +235,9 @@ async def _run_group(
             await run_reads(plan, scorers, store, progress)  # the drift suite's second pass
         for arm, scorer in scorers.items():
             _gateway_facts(plan, arm, scorer)
+            pressure = plan.engine.pressure(handles[arm])
+            if pressure is not None:  # the pool as the arm's log saw it while it served
+                plan.manifest.arm_pressure(arm, launch=order.launch, pressure=pressure)
 
 
 def _gateway_facts(plan: RunPlan, arm: str, scorer: Scorer) -> None:

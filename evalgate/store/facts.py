@@ -362,6 +362,11 @@ class ServerFacts(Facts):
     cache_flush: dict[str, str] | None = _field(
         "Per suite: 'flushed', or why the prefix cache could not be emptied before it."
     )
+    pool_pressure: list[dict[str, Any]] | None = _field(
+        "Per launch that served items (its ``launch``, as records' ``extra.served``): what the "
+        "server's log said of its KV pool (evalgate.engines.pressure): kind (retractions, "
+        "preemptions), events, requests, peak_usage (0-1). SGLang and vLLM arms that evalgate launched."
+    )
 
     def kv_pools(self) -> list[KvCapacity]:
         """The KV pool(s) the server stated: SGLang's ``capacity``, then vLLM's ``kv_capacity``."""

@@ -319,6 +319,13 @@ class Manifest(BaseModel):
             probe=dict(probe or {}) or server.gateway.probe, routed=counts
         )
 
+    def arm_pressure(self, arm: str, *, launch: str, pressure: Mapping[str, Any]) -> None:
+        """What one launch's log said of its KV pool once its items were served (a launch seen
+        again, on a later look, is replaced)."""
+        server = self.arms[arm].server
+        kept = [p for p in server.pool_pressure or [] if p.get("launch") != launch]
+        server.pool_pressure = [*kept, {"launch": launch, **pressure}]
+
     def suite_flushed(self, arm: str, suite: str, outcome: str) -> None:
         """Before the arm's first item of ``suite``: 'flushed', or why the prefix cache was not."""
         server = self.arms[arm].server

@@ -55,3 +55,26 @@ def test_every_record_says_where_it_stood_in_its_servers_order(
         by_seq = sorted(served, key=lambda s: s["seq"])
         assert all(a["sent"] <= b["sent"] for a, b in itertools.pairwise(by_seq))
         assert all(s["sent"] <= s["done"] and s["in_flight"] >= 0 for s in served)
+
+
+class _Pressed(FakeEngine):
+    """A fake engine whose log reports a pool pressed once (what SGLang's retract warning says)."""
+
+    def pressure(self, handle: Any) -> dict[str, Any]:
+        return {"kind": "retractions", "events": 1, "requests": 3, "peak_usage": 0.99}
+
+
+def test_each_launchs_pool_pressure_is_in_the_manifest(tmp_path: Path, data_dir: Path, use: Any) -> None:
+    use(_Pressed())
+    out = tmp_path / "run"
+    args = ["compare", "--engine", "fake", "--suites", "arc_easy", "--limit", "4", "--data-dir", str(data_dir),
+            "--out", str(out), "--skip-kernel-check"]  # fmt: skip
+    assert main(args) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    for arm in ("baseline", "candidate"):
+        (entry,) = manifest["arms"][arm]["server"]["pool_pressure"]
+        launch = {
+            json.loads(x)["extra"]["served"]["launch"]
+            for x in (out / "items" / f"arc_easy.{arm}.jsonl").read_text().splitlines()
+        }
+        assert {entry["launch"]} == launch and entry["requests"] == 3 and entry["peak_usage"] == 0.99

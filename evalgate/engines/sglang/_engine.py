@@ -34,6 +34,7 @@ from evalgate.config import SGLangConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
 from evalgate.engines._kv_scales import kv_scales_used, validate_kv_scales
 from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
+from evalgate.engines.pressure import sglang_pressure
 from evalgate.engines.sglang import _diagnose
 from evalgate.engines.sglang._capacity import sglang_capacity
 from evalgate.engines.sglang._provenance import sglang_provenance
@@ -217,6 +218,9 @@ class SGLangEngine(GPUEngine):
 
     def diagnose(self, log: str) -> str | None:
         return _diagnose.diagnose(log)
+
+    def pressure(self, handle: ServerHandle) -> dict[str, Any] | None:
+        return sglang_pressure(_read(handle.log_path)).to_dict()
 
 
 def _generates(base_url: str, api_key: str) -> bool:

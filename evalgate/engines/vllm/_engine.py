@@ -32,6 +32,7 @@ import httpx
 from evalgate.config import VLLMConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
 from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
+from evalgate.engines.pressure import vllm_pressure
 from evalgate.engines.vllm import _diagnose
 from evalgate.engines.vllm._capacity import vllm_capacity
 from evalgate.engines.vllm._kv_scales import kv_scales_used, read_kv_scales, validate_kv_checkpoint
@@ -234,6 +235,12 @@ class VLLMEngine(GPUEngine):
 
     def diagnose(self, log: str) -> str | None:
         return _diagnose.diagnose(log)
+
+    def pressure(self, handle: ServerHandle) -> dict[str, Any] | None:
+        try:
+            return vllm_pressure(handle.log_path.read_text(errors="replace")).to_dict()
+        except OSError:
+            return None
 
 
 def wait_for_group_exit(pgid: int, *, timeout_s: float, poll_s: float = 0.2) -> bool:

@@ -1,0 +1,60 @@
+"""How hard a server's KV pool was pressed while it served, read from its own log.
+
+A full pool is where an FP8 KV cache earns its keep and where its failures live: SGLang retracts
+running requests ("KV cache pool is full. Retract requests. #retracted_reqs: N, ...", a warning
+of its scheduler) and vLLM preempts them (its periodic stats line, "Preemptions: N" for that
+interval, beside "KV cache usage: X%"), and both recompute what they dropped. A run that never
+filled the pool never ran that path. The formats are those of SGLang 0.5.23's
+``scheduler.py`` / ``pool_stats_observer.py`` and vLLM's ``v1/metrics/loggers.py``
+(tests/engines/test_pressure.py holds lines of each, and the real servers' logs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["PoolPressure", "sglang_pressure", "vllm_pressure"]
+
+_RETRACT = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
+_SGLANG_USAGE = re.compile(r"(swa |full )?token usage: ([0-9]*\.?[0-9]+)")
+_PREEMPT = re.compile(r"Preemptions: (\d+)")
+_VLLM_USAGE = re.compile(r"KV cache usage: ([0-9]*\.?[0-9]+)%")
+
+
+@dataclass(frozen=True)
+class PoolPressure:
+    """What one server's log says of its KV pool while it served."""
+
+    kind: str
+    """retractions (SGLang) or preemptions (vLLM)."""
+    events: int
+    """Log lines that reported some: SGLang's retract warnings, vLLM's stats lines with preemptions."""
+    requests: int
+    """Requests retracted or preempted, summed over those lines."""
+    peak_usage: float | None
+    """The highest share of the pool in use any stats line reported (0-1), or None if none did."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "events": self.events,
+            "requests": self.requests,
+            "peak_usage": self.peak_usage,
+        }
+
+
+def sglang_pressure(log: str) -> PoolPressure:
+    """SGLang: its retract warnings, and the highest (full-attention) token usage of its batch lines."""
+    retracted = [int(n) for n in _RETRACT.findall(log)]
+    usage = [float(v) for kind, v in _SGLANG_USAGE.findall(log) if kind != "swa "]
+    return PoolPressure("retractions", len(retracted), sum(retracted), max(usage) if usage else None)
+
+
+def vllm_pressure(log: str) -> PoolPressure:
+    """vLLM: its stats lines' preemptions (each line counts its own interval) and KV cache usage."""
+    preempted = [int(n) for n in _PREEMPT.findall(log)]
+    usage = [float(v) / 100 for v in _VLLM_USAGE.findall(log)]
+    return PoolPressure(
+        "preemptions", sum(1 for n in preempted if n), sum(preempted), max(usage) if usage else None
+    )
