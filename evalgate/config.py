@@ -194,6 +194,21 @@ class SGLangConfig(GPUConfig):
     context_length: int | None = Field(
         None, ge=1, description="--context-length of both arms; None: the model's own."
     )
+    max_total_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="--max-total-tokens of both arms: the KV pool's size in tokens; None: sized from memory. "
+        "A small pool fills in seconds on a CPU, so retraction runs (the path a full pool takes); it also "
+        "takes from an FP8 KV arm the tokens its smaller cache would buy, so it is for testing that path.",
+    )
+    schedule_conservativeness: float | None = Field(
+        None,
+        gt=0,
+        description="--schedule-conservativeness of both arms: how much of each running request's future "
+        "tokens the scheduler reserves before admitting more (SGLang's default 1.0). Below 1 it admits more "
+        "than the pool holds once they grow, so running requests are retracted and recomputed (SGLang's own "
+        "tests use 0.05 for that); None keeps SGLang's default.",
+    )
     device: Literal["cpu"] | None = Field(
         None,
         description="'cpu': real SGLang on the CPU from `evalgate setup --sglang-cpu` (engines/sglang/_cpu.py); "

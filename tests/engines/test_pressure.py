@@ -1,7 +1,7 @@
 """Pool pressure read from a server's log (#54): SGLang's retract warnings and token usage, vLLM's
 preemptions and KV cache usage. The lines are built with the format strings of SGLang 0.5.23's
 scheduler.py and pool_stats_observer.py and of vLLM's v1/metrics/loggers.py, and the SGLang
-capacity fixture is a real log."""
+capacity and pressure fixtures are real logs."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ def test_sglang_retractions_and_peak_usage() -> None:
         4,
         0.99,
     )  # swa and tests left out
+
+
+def test_a_real_sglang_log_that_retracted() -> None:
+    """SGLang 0.5.23 on the CPU, a 200-token pool, six 100-token chat answers (the e2e test's run)."""
+    p = sglang_pressure((FIXTURES / "pressure" / "sglang_retract.log").read_text())
+    assert p.events == 1 and p.requests == 1 and p.peak_usage is not None and p.peak_usage > 0.9
 
 
 def test_a_real_sglang_log_without_pressure() -> None:

@@ -71,6 +71,8 @@ FIELDS = [
     "tool_call_parser",
     "reasoning_parser",
     "context_length",
+    "max_total_tokens",
+    "schedule_conservativeness",
     "sampling_defaults",
     "enable_deterministic_inference",
 ]
@@ -101,6 +103,8 @@ def commands(tmp_path: Path) -> list[list[str]]:
         tool_call_parser="llama3",
         reasoning_parser="qwen3",
         context_length=8192,
+        max_total_tokens=4096,
+        schedule_conservativeness=0.3,
         chat_template="/templates/chat.jinja",
         kv_scales_path=str(scales),
         deterministic=True,
@@ -152,7 +156,8 @@ def test_commands_parse_with_sglangs_own_parser(tmp_path: Path) -> None:
     for p in result["parsed"]:
         assert p["host"] == "127.0.0.1" and p["port"] == 30000 and p["api_key"] == "eg-k"
         assert p["dtype"] == "bfloat16" and p["tp_size"] == 2 and p["mem_fraction_static"] == 0.85
-        assert p["random_seed"] == 1234 and p["context_length"] == 8192
+        assert p["random_seed"] == 1234 and p["context_length"] == 8192 and p["max_total_tokens"] == 4096
+        assert p["schedule_conservativeness"] == 0.3
         assert p["tool_call_parser"] == "llama3" and p["reasoning_parser"] == "qwen3"
         assert (p["quantization_param_path"] == str(tmp_path / "kv.json")) == (
             p["kv_cache_dtype"] == "fp8_e4m3"

@@ -112,7 +112,12 @@ class SGLangCPUEngine(CPUEngineDefaults, SGLangEngine):
         return dataclasses.replace(spec, env=tuple(sorted(env.items())))
 
     def _settings_args(self, variant: Variant) -> dict[str, str | None]:
-        return {**super()._settings_args(variant), **CPU_ARGS}
+        args = {**super()._settings_args(variant), **CPU_ARGS}
+        if (
+            self.config.max_total_tokens is not None
+        ):  # a pool small enough to fill ([sglang] max_total_tokens)
+            args["--max-total-tokens"] = str(self.config.max_total_tokens)
+        return args
 
     def _model(self, variant: Variant) -> str:
         if variant.model or not self.own_model:

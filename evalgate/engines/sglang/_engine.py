@@ -103,6 +103,8 @@ class SGLangEngine(GPUEngine):
             args["--mem-fraction-static"] = str(s.mem_fraction_static)
         for flag, value in (
             ("--context-length", s.context_length),
+            ("--max-total-tokens", s.max_total_tokens),
+            ("--schedule-conservativeness", s.schedule_conservativeness),
             ("--tool-call-parser", s.tool_call_parser),
             ("--reasoning-parser", s.reasoning_parser),
             ("--chat-template", s.chat_template),
