@@ -18,7 +18,7 @@ from evalgate.store.provenance import (
     what_ran,
 )
 
-__all__ = ["baseline_fp8_note", "provenance_of", "what_ran_for"]
+__all__ = ["baseline_fp8_note", "pressure_row", "provenance_of", "what_ran_for"]
 
 KV_FLAGS = ("--kv-cache-dtype", "-ctk")
 SCALE_FLAGS = ("--quantization-param-path", "--kv-scales-file")
@@ -44,7 +44,30 @@ def what_ran_for(m: Manifest) -> tuple[list[WhatRanRow], list[str]]:
     )
     warnings = fallbacks(b, c, fp8_kv_asked=fp8_asked, scales_given=given)
     declared = declared_differences(list(m.request.allow_diff), _sides(m))
-    return what_ran(b, c), warnings + ([declared] if declared else [])
+    pressed = pressure_row(m)
+    return what_ran(b, c) + ([pressed] if pressed else []), warnings + ([declared] if declared else [])
+
+
+def pressure_row(m: Manifest) -> WhatRanRow | None:
+    """Each arm's KV pool pressure while it served, summed over its launches (``server.pool_pressure``,
+    from the server's own log): a run whose pool never filled never ran retraction or preemption.
+    Shown, not compared (one arm may retract where the other does not: FP8 holds more tokens)."""
+    sides = []
+    for arm in ("baseline", "candidate"):
+        info = m.arms.get(arm)
+        entries = (info.server.pool_pressure if info is not None else None) or []
+        if not entries:
+            sides.append("not read")
+            continue
+        kind = str(entries[0].get("kind", "retractions"))
+        events = sum(int(e.get("events") or 0) for e in entries)
+        requests = sum(int(e.get("requests") or 0) for e in entries)
+        peaks = [float(e["peak_usage"]) for e in entries if e.get("peak_usage") is not None]
+        peak = f", peak pool use {max(peaks):.0%}" if peaks else ""
+        sides.append(f"{kind}: {events} ({requests} requests){peak}" if events else f"{kind}: none{peak}")
+    if sides == ["not read", "not read"]:
+        return None
+    return WhatRanRow("pool_pressure", "KV pool pressure (its log)", sides[0], sides[1], differs=False)
 
 
 def baseline_fp8_note(m: Manifest) -> list[str]:

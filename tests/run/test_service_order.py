@@ -78,3 +78,7 @@ def test_each_launchs_pool_pressure_is_in_the_manifest(tmp_path: Path, data_dir:
             for x in (out / "items" / f"arc_easy.{arm}.jsonl").read_text().splitlines()
         }
         assert {entry["launch"]} == launch and entry["requests"] == 3 and entry["peak_usage"] == 0.99
+    rows = {r["key"]: r for r in json.loads((out / "verdict.json").read_text())["what_ran"]}
+    row = rows["pool_pressure"]
+    assert row["baseline"] == row["candidate"] == "retractions: 1 (3 requests), peak pool use 99%"
+    assert row["differs"] is False
