@@ -234,6 +234,13 @@ class VLLMConfig(GPUConfig):
     max_model_len: int | None = Field(
         None, ge=1, description="--max-model-len of both arms; None: the model's own."
     )
+    num_gpu_blocks_override: int | None = Field(
+        None,
+        ge=1,
+        description="--num-gpu-blocks-override of both arms: the KV pool's size in blocks (on the CPU too); None: "
+        "sized from memory. A small pool fills in seconds, so running requests are preempted and recomputed "
+        "(the path a full pool takes); it also takes from an FP8 KV arm the blocks its smaller cache would buy.",
+    )
     generation_config: str = Field(
         "vllm", description="'vllm': vLLM's sampling defaults on both arms; 'auto' reads each checkpoint's."
     )

@@ -64,6 +64,7 @@ def commands(models: dict[str, str]) -> list[list[str]]:
             tensor_parallel_size=2,
             gpu_memory_utilization=0.85,
             max_model_len=8192,
+            num_gpu_blocks_override=64,
             tool_call_parser="llama3_json",
             reasoning_parser="deepseek_r1",
             chat_template="/templates/chat.jinja",
@@ -114,6 +115,7 @@ print(json.dumps(out, default=str))
 """
 FIELDS = ["model_tag", "host", "port", "api_key", "dtype", "kv_cache_dtype", "quantization", "seed"]
 FIELDS += ["tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "enable_auto_tool_choice"]
+FIELDS += ["num_gpu_blocks_override"]
 FIELDS += [
     "tool_call_parser",
     "reasoning_parser",
@@ -165,6 +167,7 @@ def test_commands_parse_with_vllms_own_parser(models: dict[str, str]) -> None:
         )  # a list in 0.33 and 0.34
         assert p["dtype"] == "bfloat16" and p["tensor_parallel_size"] == 2 and p["seed"] == 1234
         assert p["gpu_memory_utilization"] == 0.85 and p["max_model_len"] == 8192
+        assert p["num_gpu_blocks_override"] == 64
         assert p["enable_auto_tool_choice"] is True and p["tool_call_parser"] == "llama3_json"
         assert p["reasoning_parser"] == "deepseek_r1" and p["generation_config"] == "vllm"
         assert p["chat_template"] == "/templates/chat.jinja" and p["disable_uvicorn_access_log"] is True

@@ -115,6 +115,7 @@ class VLLMEngine(GPUEngine):
         for flag, value in (
             ("--gpu-memory-utilization", s.gpu_memory_utilization),
             ("--max-model-len", s.max_model_len),
+            ("--num-gpu-blocks-override", s.num_gpu_blocks_override),
             ("--reasoning-parser", s.reasoning_parser),
             ("--chat-template", s.chat_template),
         ):
