@@ -164,6 +164,19 @@ class ServerHandle:
     diagnose_signal: SignalDiagnosis | None = None
     retry: RetryPolicy | None = None
     """The run's request timeout and tries; the compare loop sets it before making the scorer."""
+    log_start: int = 0
+    """Where this launch's lines begin in ``log_path``: an arm launched again in one run (a resume,
+    the baseline relaunched for the drift reads) appends to the same file."""
+
+    def own_log(self) -> str:
+        """This launch's part of its log (what its pool, scales and version are read from: an
+        earlier launch's lines in the same file would be counted twice)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_start)
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
 
     @property
     def launched(self) -> bool:
@@ -266,6 +279,7 @@ def run_process(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **(env or {})}
     with open(log_path, "ab") as log:
+        start = log.tell()
         try:
             proc = subprocess.Popen(
                 cmd,
@@ -283,8 +297,9 @@ def run_process(
                 detail=f"command: {shlex.join(shown)}",
             ) from exc
     handle = ServerHandle(
-        name, base_url, api_key, shown, log_path, proc, diagnose=diagnose, diagnose_signal=diagnose_signal
-    )
+        name, base_url, api_key, shown, log_path, proc, diagnose=diagnose, diagnose_signal=diagnose_signal,
+        log_start=start,
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + timeout_s
         while True:

@@ -250,7 +250,7 @@ class LlamaCppEngine(CPUEngineDefaults, Engine):
             env=dict(spec.env),
             timeout_s=self.config.ready_timeout_s,
         ) as handle:
-            log = handle.log_path.read_text(errors="replace")
+            log = handle.own_log()
             handle.info["kv_buffers_mib"] = kv_buffer_sizes(log)
             handle.info["cpu_features"] = _diagnose.cpu_features(log)
             yield handle
@@ -261,12 +261,10 @@ class LlamaCppEngine(CPUEngineDefaults, Engine):
         )
 
     def provenance(self, handle: ServerHandle) -> Provenance:
-        return llamacpp_provenance(
-            handle.log_path.read_text(errors="replace"), read_props(handle.base_url, handle.api_key)
-        )
+        return llamacpp_provenance(handle.own_log(), read_props(handle.base_url, handle.api_key))
 
     def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
-        return llamacpp_capacity(handle.log_path.read_text(errors="replace"))
+        return llamacpp_capacity(handle.own_log())
 
     def diagnose(self, log: str) -> str | None:
         return _diagnose.diagnose(log)

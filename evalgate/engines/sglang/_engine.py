@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -194,7 +193,7 @@ class SGLangEngine(GPUEngine):
         ) as handle:
             handle.info.update(fetch_server_info(handle.base_url, handle.api_key))
             handle.info["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")
-            log = _read(handle.log_path)
+            log = handle.own_log()
             args = dict(spec.args)
             if args.get("--kv-cache-dtype") == "fp8_e4m3":
                 handle.info["kv_scales"] = kv_scales_used(log, file=args.get("--quantization-param-path"))
@@ -207,7 +206,7 @@ class SGLangEngine(GPUEngine):
         raw, _ = get_server_info(handle.base_url, handle.api_key)
         scales = handle.info.get("kv_scales")
         return sglang_provenance(
-            raw or {}, _read(handle.log_path), kv_scales=scales if isinstance(scales, dict) else None
+            raw or {}, handle.own_log(), kv_scales=scales if isinstance(scales, dict) else None
         )
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> SGLangScorer:
@@ -216,13 +215,13 @@ class SGLangEngine(GPUEngine):
     def capacity(self, handle: ServerHandle) -> dict[str, Any] | None:
         """The pool ``/server_info`` reported at launch, else the scheduler's log lines."""
         found = handle.info.get("capacity")
-        return dict(found) if isinstance(found, dict) else sglang_capacity(_read(handle.log_path))
+        return dict(found) if isinstance(found, dict) else sglang_capacity(handle.own_log())
 
     def diagnose(self, log: str) -> str | None:
         return _diagnose.diagnose(log)
 
     def pressure(self, handle: ServerHandle) -> dict[str, Any] | None:
-        return sglang_pressure(_read(handle.log_path)).to_dict()
+        return sglang_pressure(handle.own_log()).to_dict()
 
 
 def _generates(base_url: str, api_key: str) -> bool:
@@ -232,10 +231,3 @@ def _generates(base_url: str, api_key: str) -> bool:
         return httpx.get(f"{base_url}/health_generate", headers=headers, timeout=30.0).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""

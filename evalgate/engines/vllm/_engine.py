@@ -201,7 +201,7 @@ class VLLMEngine(GPUEngine):
                 pgid = handle.process.pid if handle.process else None  # its own group (new session)
                 handle.info.update(seen)
                 handle.info["vllm_version"] = _server_version(handle.base_url)
-                log = handle.log_path.read_text(errors="replace")
+                log = handle.own_log()
                 handle.info["kv_capacity"] = vllm_capacity(log)
                 if (dict(spec.args).get("--kv-cache-dtype") or "").startswith("fp8"):
                     handle.info["kv_scales"] = kv_scales_used(log, model=spec.model)
@@ -213,7 +213,7 @@ class VLLMEngine(GPUEngine):
 
     def provenance(self, handle: ServerHandle) -> Provenance:
         scales = handle.info.get("kv_scales")
-        log = handle.log_path.read_text(errors="replace")
+        log = handle.own_log()
         return vllm_provenance(log, kv_scales=scales if isinstance(scales, dict) else None)
 
     def scorer(self, handle: ServerHandle, *, seed: int = 0) -> VLLMScorer:
@@ -230,7 +230,7 @@ class VLLMEngine(GPUEngine):
         if isinstance(found, dict):
             return dict(found)
         try:
-            return vllm_capacity(handle.log_path.read_text(errors="replace"))
+            return vllm_capacity(handle.own_log())
         except OSError:
             return None
 
@@ -238,10 +238,7 @@ class VLLMEngine(GPUEngine):
         return _diagnose.diagnose(log)
 
     def pressure(self, handle: ServerHandle) -> dict[str, Any] | None:
-        try:
-            return vllm_pressure(handle.log_path.read_text(errors="replace")).to_dict()
-        except OSError:
-            return None
+        return vllm_pressure(handle.own_log()).to_dict()
 
 
 def wait_for_group_exit(pgid: int, *, timeout_s: float, poll_s: float = 0.2) -> bool:
