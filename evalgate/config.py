@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.errors import ConfigError, validated
-from evalgate.store.files import file_kind
+from evalgate.user_files import read_text, require_regular_file
 from evalgate.variants import Variant, parse_variant, variant_from_config
 
 if sys.version_info >= (3, 11):
@@ -44,8 +44,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["MAX_DEADLINE_S", "MAX_TIMEOUT_S", "MAX_TRIES", "ClientConfig", "EvalgateConfig", "load_config",
-           "path_kind", "read_text", "require_regular_file"]  # fmt: skip
+__all__ = ["MAX_DEADLINE_S", "MAX_TIMEOUT_S", "MAX_TRIES", "ClientConfig", "EvalgateConfig", "load_config"]
 
 MAX_TIMEOUT_S = 86_400.0
 """The longest one request, or one server start, may take: a day. More is a typo, and an
@@ -197,17 +196,18 @@ class SGLangConfig(GPUConfig):
     max_total_tokens: int | None = Field(
         None,
         ge=1,
-        description="--max-total-tokens of both arms: the KV pool's size in tokens; None: sized from memory. "
-        "A small pool fills in seconds on a CPU, so retraction runs (the path a full pool takes); it also "
-        "takes from an FP8 KV arm the tokens its smaller cache would buy, so it is for testing that path.",
+        description=(
+            "--max-total-tokens of both arms: the KV pool in tokens (None: from memory); a small pool fills, so "
+            "retraction runs (docs/engines.md, 'A full KV pool'), and FP8 KV gains no tokens from it."
+        ),
     )
     schedule_conservativeness: float | None = Field(
         None,
         gt=0,
-        description="--schedule-conservativeness of both arms: how much of each running request's future "
-        "tokens the scheduler reserves before admitting more (SGLang's default 1.0). Below 1 it admits more "
-        "than the pool holds once they grow, so running requests are retracted and recomputed (SGLang's own "
-        "tests use 0.05 for that); None keeps SGLang's default.",
+        description=(
+            "--schedule-conservativeness of both arms (SGLang's default 1.0): below 1 the scheduler admits more "
+            "than the pool will hold, and retracts (SGLang's own tests use 0.05)."
+        ),
     )
     device: Literal["cpu"] | None = Field(
         None,
@@ -237,9 +237,10 @@ class VLLMConfig(GPUConfig):
     num_gpu_blocks_override: int | None = Field(
         None,
         ge=1,
-        description="--num-gpu-blocks-override of both arms: the KV pool's size in blocks (on the CPU too); None: "
-        "sized from memory. A small pool fills in seconds, so running requests are preempted and recomputed "
-        "(the path a full pool takes); it also takes from an FP8 KV arm the blocks its smaller cache would buy.",
+        description=(
+            "--num-gpu-blocks-override of both arms: the KV pool in blocks, on the CPU too (None: from memory); "
+            "docs/engines.md, 'A full KV pool'."
+        ),
     )
     generation_config: str = Field(
         "vllm", description="'vllm': vLLM's sampling defaults on both arms; 'auto' reads each checkpoint's."
@@ -368,45 +369,3 @@ def load_config(path: Path | None) -> EvalgateConfig:
         at=lambda where: f"{path}: {where}",
         fix="see docs/reference/config.md (every section and key) or the example at the top of evalgate/config.py",
     )
-
-
-def path_kind(path: Path) -> str:
-    """What ``path`` is, in words that finish "PATH ...": "does not exist", "is a directory",
-    "is a FIFO (named pipe)", ... A message about a path that is there but is not a regular file
-    says what it is, never that it does not exist."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return "is a symbolic link to a path that does not exist" if path.is_symlink() else "does not exist"
-    except OSError as exc:  # a symlink loop (ELOOP), a folder that may not be listed
-        return f"cannot be reached ({exc.strerror or exc})"
-    return "is " + file_kind(mode)
-
-
-def require_regular_file(path: Path, what: str, *, fix: str) -> None:
-    """Refuse (exit 2) a ``path`` that is not a regular file, saying what it is: reading a FIFO
-    blocks forever and a device never ends, so neither is read."""
-    kind = path_kind(path)
-    if kind != "is a regular file":
-        said = kind if kind.startswith(("does not", "cannot")) else f"is not a file: it {kind}"
-        raise ConfigError(f"{what} {path} {said}", fix=fix)
-
-
-def read_text(path: Path) -> str:
-    """A text file as UTF-8; a file that is not UTF-8 (or cannot be read, or is not a regular
-    file) is a ConfigError naming the file and the line of the first bad byte."""
-    require_regular_file(path, "the file", fix="give a regular text file (not a folder, pipe or device)")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read {path}: {exc.strerror or exc}", fix="check the path and its permissions"
-        ) from exc
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})",
-            fix="save the file as UTF-8",
-        ) from exc

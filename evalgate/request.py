@@ -1,10 +1,9 @@
 """What ``evalgate compare`` is asked to do, declared once.
 
-Each field of ``CompareRequest`` is one ``evalgate compare`` flag: its name (``max_gen_tokens``
-is ``--max-gen-tokens``), type, default and help live on the field, and ``evalgate.cli._flags``
-builds the argparse parser from them. ``Flag`` adds what a type cannot say (a metavar, a
-comma-separated or repeated list). The request is stored once per run, as the manifest's
-``request``, and the gate policy is read from it (``evalgate.gate.GatePolicy.from_request``).
+Each field of ``CompareRequest`` is one ``evalgate compare`` flag: its name (``max_gen_tokens`` is
+``--max-gen-tokens``), type, default and help live on the field, and ``evalgate.cli._flags`` builds
+the argparse parser from them. ``Flag`` adds what a type cannot say (a metavar, a list). The request
+is stored once per run, as the manifest's ``request``; the gate policy is read from it.
 """
 
 from __future__ import annotations
@@ -22,11 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from evalgate.arms import DEFAULT_AA_ITEMS, AaValue
-from evalgate.config import MAX_DEADLINE_S, MAX_TIMEOUT_S, MAX_TRIES, path_kind
+from evalgate.config import MAX_DEADLINE_S, MAX_TIMEOUT_S, MAX_TRIES
 from evalgate.engines import EngineName
 from evalgate.errors import ConfigError
 from evalgate.redact import redact_url
 from evalgate.store.provenance import parse_expect
+from evalgate.user_files import path_kind
 
 __all__ = [
     "DEFAULT_SUITES",

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.config import read_text
 from evalgate.engines.attach import require_two_servers, server_identity
 from evalgate.errors import ConfigError
 from evalgate.redact import PRIVATE, excerpt, payload_texts, redact, redact_url
@@ -17,6 +16,7 @@ from evalgate.request import CompareRequest, check_request
 from evalgate.store.lock import RunLock
 from evalgate.store.records import RecordStore, parse_record
 from evalgate.suites.private import ExamItem, RegexTimeout, regex_match
+from evalgate.user_files import read_text
 
 KEY = "sk-live-0123456789abcdef"
 EXAMPLE = Path(__file__).resolve().parents[1] / "reports" / "example"

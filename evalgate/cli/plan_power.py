@@ -11,11 +11,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from evalgate.config import read_text, require_regular_file
 from evalgate.errors import ConfigError
 from evalgate.gate import POLICIES, PlanRow, parse_margin, plan_power
 from evalgate.request import DEFAULT_SUITES, MIN_ALPHA, parse_context_lengths
 from evalgate.suites import SuiteOptions, default_registry
+from evalgate.user_files import read_text, require_regular_file
 
 __all__ = ["add_parser", "run"]
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from evalgate.engines._logs import read_from
 from evalgate.engines.client import RetryPolicy
 from evalgate.errors import ConfigError, ServerDied, ServerStartError
 from evalgate.variants import LaunchSpec
@@ -164,19 +165,11 @@ class ServerHandle:
     diagnose_signal: SignalDiagnosis | None = None
     retry: RetryPolicy | None = None
     """The run's request timeout and tries; the compare loop sets it before making the scorer."""
-    log_start: int = 0
-    """Where this launch's lines begin in ``log_path``: an arm launched again in one run (a resume,
-    the baseline relaunched for the drift reads) appends to the same file."""
+    log_start: int = 0  # where this launch begins in log_path (an arm launched again appends to it)
 
     def own_log(self) -> str:
-        """This launch's part of its log (what its pool, scales and version are read from: an
-        earlier launch's lines in the same file would be counted twice)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self.log_start)
-                return f.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
+        """This launch's lines: another launch's pool in the same file would be counted too."""
+        return read_from(self.log_path, self.log_start)
 
     @property
     def launched(self) -> bool:
@@ -296,10 +289,8 @@ def run_process(
                 fix="check that the engine is installed (pip install 'evalgate[cpu]' for llama.cpp)",
                 detail=f"command: {shlex.join(shown)}",
             ) from exc
-    handle = ServerHandle(
-        name, base_url, api_key, shown, log_path, proc, diagnose=diagnose, diagnose_signal=diagnose_signal,
-        log_start=start,
-    )  # fmt: skip
+    handle = ServerHandle(name, base_url, api_key, shown, log_path, proc, diagnose=diagnose,
+                          diagnose_signal=diagnose_signal, log_start=start)  # fmt: skip
     try:
         deadline = time.monotonic() + timeout_s
         while True:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["GIB_TO_MIB", "Rule", "diagnose_log", "number", "per_tag"]
+__all__ = ["GIB_TO_MIB", "Rule", "diagnose_log", "number", "per_tag", "read_from"]
 
 GIB_TO_MIB = 1024.0  # SGLang's "GB" and vLLM's "GiB" are both 2**30 bytes
 
@@ -44,3 +45,13 @@ def per_tag(pattern: str, log: str, tag: str) -> dict[str, float]:
             t = re.search(tag, line)
             out[t.group(0) if t else ""] = number(m.group(1))
     return out
+
+
+def read_from(path: Path, start: int = 0) -> str:
+    """A log from byte ``start`` on (one launch's part of a file several launches appended to);
+    "" if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()[start:].decode("utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -307,8 +307,7 @@ class Manifest(BaseModel):
         info.preflight = list(checks)
 
     def arm_routed(self, arm: str, *, probe: Mapping[str, Any] | None, routed: Mapping[str, int]) -> None:
-        """An arm behind smg: each worker's answer to the fixed probe, and answers per worker
-        (added to those of earlier sessions of the run)."""
+        """An arm behind smg: each worker's probe answer, and answers per worker (added to earlier sessions')."""
         server = self.arms[arm].server
         if server.gateway is None:
             return
@@ -320,11 +319,9 @@ class Manifest(BaseModel):
         )
 
     def arm_pressure(self, arm: str, *, launch: str, pressure: Mapping[str, Any]) -> None:
-        """What one launch's log said of its KV pool once its items were served (a launch seen
-        again, on a later look, is replaced)."""
-        server = self.arms[arm].server
-        kept = [p for p in server.pool_pressure or [] if p.get("launch") != launch]
-        server.pool_pressure = [*kept, {"launch": launch, **pressure}]
+        """What one launch's log said of its KV pool once its items were served (replaced if seen again)."""
+        kept = [p for p in self.arms[arm].server.pool_pressure or [] if p.get("launch") != launch]
+        self.arms[arm].server.pool_pressure = [*kept, {"launch": launch, **pressure}]
 
     def suite_flushed(self, arm: str, suite: str, outcome: str) -> None:
         """Before the arm's first item of ``suite``: 'flushed', or why the prefix cache was not."""

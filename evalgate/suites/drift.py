@@ -53,12 +53,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalgate.config import read_text
 from evalgate.engines.api import Position
 from evalgate.errors import ConfigError, InvalidResponse
 from evalgate.store.drift_records import text_digest
 from evalgate.store.facts import RecordExtra
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
+from evalgate.user_files import read_text
 
 __all__ = ["DriftSettings", "DriftSuite", "drift"]
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evalgate.config import path_kind, read_text, require_regular_file
 from evalgate.errors import ConfigError, first_invalid, invalid_input
 from evalgate.store.facts import RecordExtra
 from evalgate.suites._base import Item, ItemResult, Scorer, Suite, SuiteOptions, prompt_hash, select_indices
@@ -36,6 +35,7 @@ from evalgate.suites._graders import (
     parse_number,
     regex_match,
 )
+from evalgate.user_files import path_kind, read_text, require_regular_file
 
 if sys.version_info >= (3, 11):
     import tomllib
