@@ -11,6 +11,7 @@ filled the pool never ran that path. The formats are those of SGLang 0.5.23's
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -36,12 +37,7 @@ class PoolPressure:
     """The highest share of the pool in use any stats line reported (0-1), or None if none did."""
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "kind": self.kind,
-            "events": self.events,
-            "requests": self.requests,
-            "peak_usage": self.peak_usage,
-        }
+        return dataclasses.asdict(self)
 
 
 def sglang_pressure(log: str) -> PoolPressure:

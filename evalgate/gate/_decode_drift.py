@@ -213,15 +213,14 @@ def _back_row(row: Row, pairs: Sequence[Pair], greedy: Sequence[tuple[Greedy, Gr
     candidate's read of the baseline's text is not required, only the baseline's of the candidate's)."""
     diffs, tokens = [], 0
     for p, (b, c) in zip(pairs, greedy, strict=True):
+        tokens += len(b.ids)
         if b.ids == c.ids:
             diffs.append(0.0)
-            tokens += len(b.ids)
             continue
         own, theirs = own_read(p.candidate), reads_of(p.candidate).get(text_digest(b.ids))
         if own is None or theirs is None:
             return None
         diffs.append(_mean(own.lp) - _mean(theirs.lp))
-        tokens += len(b.ids)
     if not diffs:
         return None
     r = row("cross_back", "tokens", diffs, [1.0] * len(diffs), None, path="decode", shown_only=True,

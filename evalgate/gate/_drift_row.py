@@ -22,9 +22,9 @@ class DriftRow(Tested):
     measure: str
     """kld (nats per token), ppl_ratio (candidate / baseline perplexity), top1_agree (share); on
     greedy generations also cross (nats per token: the baseline's own text over the other arm's,
-    read by the baseline; cross_back, shown: the same read by the candidate), length (relative change in generated tokens), consistency (nats per
-    token: the candidate's decode-against-prefill KL on its own text over the baseline's) and
-    parted (share of documents whose generations part)."""
+    read by the baseline; cross_back, shown: the same read by the candidate), length (relative
+    change in generated tokens), consistency (nats per token: the candidate's decode-against-prefill
+    KL on its own text over the baseline's) and parted (share of documents whose generations part)."""
     pair: str
     """candidate (baseline vs candidate, gated) or aa (baseline vs its second launch: the noise floor)."""
     unit: str

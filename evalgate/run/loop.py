@@ -31,6 +31,7 @@ from evalgate.run.progress import LiveAccuracy, progress_bars
 from evalgate.run.reads import run_reads, waiting
 from evalgate.run.schedule import FullSchedule, Records, Schedule, SequentialSchedule, missing
 from evalgate.store.drift_records import record_check
+from evalgate.store.facts import Served
 from evalgate.store.provenance import Provenance, expectation_errors
 from evalgate.store.records import Record, RecordStore
 from evalgate.suites import Item, ItemResult, Suite, SuiteOptions, SuitePreflight
@@ -362,7 +363,7 @@ async def run_suite(
                 extra=item.extra.updated(
                     res.extra if res else None,
                     workers=sorted(set(routes)) or None,
-                    served=ServiceOrder.served(served),
+                    served=Served.model_validate(served),
                 ),
             )
             store.append(record)

@@ -15,8 +15,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from evalgate.store.facts import Served
-
 __all__ = ["ServiceOrder"]
 
 
@@ -34,7 +32,7 @@ class ServiceOrder:
     @contextlib.contextmanager
     def serve(self, arm: str) -> Iterator[dict[str, float | int | str]]:
         """Around one item's requests on ``arm``: yields the facts so far, which gain ``done`` when
-        the block ends (``Served`` from ``served(facts)``)."""
+        the block ends (the record's ``extra.served``)."""
         seq = self._next.get(arm, 0)
         self._next[arm] = seq + 1
         flying = self._flying.get(arm, 0)
@@ -47,7 +45,3 @@ class ServiceOrder:
         finally:
             self._flying[arm] -= 1
             facts["done"] = round(time.time(), 3)
-
-    @staticmethod
-    def served(facts: dict[str, float | int | str]) -> Served:
-        return Served.model_validate(facts)

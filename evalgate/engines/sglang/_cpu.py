@@ -13,7 +13,8 @@ Both arms get the same CPU flags and environment (``CPU_ARGS``, ``cpu_env``):
 - no CUDA graphs (``--disable-decode-cuda-graph --disable-prefill-cuda-graph``, which 0.5.23 has
   in place of the deprecated ``--disable-cuda-graph``);
 - ``--sleep-on-idle``: without it the idle scheduler keeps a core busy;
-- ``--max-total-tokens 16384``: the KV pool, which on a CPU is not sized from free GPU memory;
+- ``--max-total-tokens 16384`` (``POOL_TOKENS``; ``[sglang] max_total_tokens`` wins): the KV pool,
+  which on a CPU is not sized from free GPU memory;
 - ``OMP_NUM_THREADS=1`` (``cpu_threads``): with 2 threads on a loaded 2-core machine decoding fell
   to 1 token/s, with 1 thread it ran at 14 (measured by the issue's author, #18).
 
@@ -62,8 +63,9 @@ CPU_ARGS: dict[str, str | None] = {
     "--disable-decode-cuda-graph": None,  # 0.5.23 deprecates --disable-cuda-graph (server_args.py)
     "--disable-prefill-cuda-graph": None,
     "--sleep-on-idle": None,
-    "--max-total-tokens": "16384",
 }
+POOL_TOKENS = "16384"
+"""``--max-total-tokens`` unless ``[sglang] max_total_tokens`` sets it (a pool small enough to fill)."""
 SETUP_FIX = "run `evalgate setup --sglang-cpu` (it makes the venv and the checkpoints)"
 
 
@@ -113,10 +115,7 @@ class SGLangCPUEngine(CPUEngineDefaults, SGLangEngine):
 
     def _settings_args(self, variant: Variant) -> dict[str, str | None]:
         args = {**super()._settings_args(variant), **CPU_ARGS}
-        if (
-            self.config.max_total_tokens is not None
-        ):  # a pool small enough to fill ([sglang] max_total_tokens)
-            args["--max-total-tokens"] = str(self.config.max_total_tokens)
+        args.setdefault("--max-total-tokens", POOL_TOKENS)
         return args
 
     def _model(self, variant: Variant) -> str:

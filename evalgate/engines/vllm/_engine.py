@@ -229,10 +229,7 @@ class VLLMEngine(GPUEngine):
         found = handle.info.get("kv_capacity")
         if isinstance(found, dict):
             return dict(found)
-        try:
-            return vllm_capacity(handle.own_log())
-        except OSError:
-            return None
+        return vllm_capacity(handle.own_log())
 
     def diagnose(self, log: str) -> str | None:
         return _diagnose.diagnose(log)
