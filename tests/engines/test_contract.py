@@ -42,7 +42,7 @@ def _declared(protocol: type) -> dict[str, Any]:
 ENGINE_CALLS = _declared(Engine)
 SCORER_CALLS = _declared(Scorer)
 CAPABILITIES = {
-    Engine: ("resuming",),
+    Engine: ("resuming", "pressure"),
     Scorer: ("set_prompt_cache", "gateway_route", "gateway_facts"),
 }
 """What the gateway (engines/gateway) and the loop used to probe for, now declared with defaults."""
@@ -165,6 +165,7 @@ def test_the_capabilities_are_declared_with_defaults() -> None:
     assert asyncio.run(scorer.flush_cache()) is None and asyncio.run(scorer.server_info()) == {}
     assert engine.resuming() is None and engine.concurrent_arms is False
     assert engine.default_gen_cap("smoke") is None and engine.request_timeout_s() > 0
+    assert engine.pressure(None) is None  # type: ignore[arg-type]  # no log of its pool: nothing said
 
 
 def test_every_registered_engine_is_built_and_answers_the_contract() -> None:
@@ -186,10 +187,16 @@ def test_every_registered_engine_is_built_and_answers_the_contract() -> None:
 
 def test_the_built_ins_declare_what_differs() -> None:
     from evalgate.engines.gateway._scorer import GatewayScorer
+    from evalgate.engines.llamacpp._engine import LlamaCppEngine
     from evalgate.engines.llamacpp._scorer import LlamaCppScorer
+    from evalgate.engines.sglang._engine import SGLangEngine
+    from evalgate.engines.vllm._engine import VLLMEngine
 
     assert "set_prompt_cache" in vars(LlamaCppScorer) and "gateway_route" in vars(LlamaCppScorer)
     assert "gateway_facts" in vars(GatewayScorer) and "resuming" in vars(GatewayEngine)
+    # the engines whose servers log their KV pool read it; llama.cpp (fixed slots) and smg do not
+    assert "pressure" in vars(SGLangEngine) and "pressure" in vars(VLLMEngine)
+    assert "pressure" not in vars(GatewayEngine) and "pressure" not in vars(LlamaCppEngine)
 
 
 # -- the scan ---------------------------------------------------------------------------------
