@@ -4,11 +4,11 @@ one-line cause and fix, first match wins) and the per-process values of a startu
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["GIB_TO_MIB", "Rule", "diagnose_log", "number", "per_tag", "read_from"]
+__all__ = ["GIB_TO_MIB", "Rule", "diagnose_log", "lines_from", "number", "per_tag", "read_from"]
 
 GIB_TO_MIB = 1024.0  # SGLang's "GB" and vLLM's "GiB" are both 2**30 bytes
 
@@ -45,6 +45,18 @@ def per_tag(pattern: str, log: str, tag: str) -> dict[str, float]:
             t = re.search(tag, line)
             out[t.group(0) if t else ""] = number(m.group(1))
     return out
+
+
+def lines_from(path: Path, start: int = 0) -> Iterator[str]:
+    """A log's lines from byte ``start`` on, one at a time (a long run's log is never held whole);
+    nothing if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            for raw in f:
+                yield raw.decode("utf-8", errors="replace")
+    except OSError:
+        return
 
 
 def read_from(path: Path, start: int = 0) -> str:

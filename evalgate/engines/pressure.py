@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = ["PoolPressure", "sglang_pressure", "vllm_pressure"]
@@ -40,17 +41,31 @@ class PoolPressure:
         return dataclasses.asdict(self)
 
 
-def sglang_pressure(log: str) -> PoolPressure:
-    """SGLang: its retract warnings, and the highest (full-attention) token usage of its batch lines."""
-    retracted = [int(n) for n in _RETRACT.findall(log)]
-    usage = [float(v) for kind, v in _SGLANG_USAGE.findall(log) if kind != "swa "]
-    return PoolPressure("retractions", len(retracted), sum(retracted), max(usage) if usage else None)
+def sglang_pressure(lines: Iterable[str]) -> PoolPressure:
+    """SGLang: its retract warnings, and the highest (full-attention) token usage of its batch lines.
+    ``lines``: the log line by line (a long run's log is read as a stream, never whole)."""
+    events = requests = 0
+    peak: float | None = None
+    for line in lines:
+        for n in _RETRACT.findall(line):
+            events, requests = events + 1, requests + int(n)
+        for kind, v in _SGLANG_USAGE.findall(line):
+            if kind != "swa ":
+                peak = _higher(peak, float(v))
+    return PoolPressure("retractions", events, requests, peak)
 
 
-def vllm_pressure(log: str) -> PoolPressure:
+def vllm_pressure(lines: Iterable[str]) -> PoolPressure:
     """vLLM: its stats lines' preemptions (each line counts its own interval) and KV cache usage."""
-    preempted = [int(n) for n in _PREEMPT.findall(log)]
-    usage = [float(v) / 100 for v in _VLLM_USAGE.findall(log)]
-    return PoolPressure(
-        "preemptions", sum(1 for n in preempted if n), sum(preempted), max(usage) if usage else None
-    )
+    events = requests = 0
+    peak: float | None = None
+    for line in lines:
+        for n in _PREEMPT.findall(line):
+            events, requests = events + (int(n) > 0), requests + int(n)
+        for v in _VLLM_USAGE.findall(line):
+            peak = _higher(peak, float(v) / 100)
+    return PoolPressure("preemptions", events, requests, peak)
+
+
+def _higher(peak: float | None, value: float) -> float:
+    return value if peak is None else max(peak, value)

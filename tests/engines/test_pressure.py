@@ -30,7 +30,7 @@ def test_sglang_retractions_and_peak_usage() -> None:
             "[2026-12-06 02:50:03 TP0] Testing retraction. #retracted_reqs: 7, #new_tokens_gained: 9",
         ]
     )
-    p = sglang_pressure(log)
+    p = sglang_pressure(log.splitlines())
     assert (p.kind, p.events, p.requests, p.peak_usage) == (
         "retractions",
         2,
@@ -41,12 +41,12 @@ def test_sglang_retractions_and_peak_usage() -> None:
 
 def test_a_real_sglang_log_that_retracted() -> None:
     """SGLang 0.5.23 on the CPU, a 200-token pool, six 100-token chat answers (the e2e test's run)."""
-    p = sglang_pressure((FIXTURES / "pressure" / "sglang_retract.log").read_text())
+    p = sglang_pressure((FIXTURES / "pressure" / "sglang_retract.log").read_text().splitlines())
     assert p.events == 1 and p.requests == 1 and p.peak_usage is not None and p.peak_usage > 0.9
 
 
 def test_a_real_sglang_log_without_pressure() -> None:
-    p = sglang_pressure((FIXTURES / "capacity" / "sglang_bf16.log").read_text())
+    p = sglang_pressure((FIXTURES / "capacity" / "sglang_bf16.log").read_text().splitlines())
     assert p.events == p.requests == 0 and p.peak_usage is not None and p.peak_usage < 0.5
 
 
@@ -63,9 +63,9 @@ def test_vllm_preemptions_sum_over_intervals_and_usage_peaks() -> None:
             line.format(s=21, pre="Preemptions: 3, ", u=97.0),
         ]
     )
-    p = vllm_pressure(log)
+    p = vllm_pressure(log.splitlines())
     assert (p.kind, p.events, p.requests) == ("preemptions", 2, 5) and abs(p.peak_usage - 0.992) < 1e-12
-    assert vllm_pressure("").to_dict() == {
+    assert vllm_pressure([]).to_dict() == {
         "kind": "preemptions",
         "events": 0,
         "requests": 0,

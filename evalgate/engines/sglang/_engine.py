@@ -33,6 +33,7 @@ from evalgate.config import SGLangConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
 from evalgate.engines._kv_scales import kv_scales_used, validate_kv_scales
 from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
+from evalgate.engines._logs import lines_from
 from evalgate.engines.pressure import sglang_pressure
 from evalgate.engines.sglang import _diagnose
 from evalgate.engines.sglang._capacity import sglang_capacity
@@ -221,7 +222,7 @@ class SGLangEngine(GPUEngine):
         return _diagnose.diagnose(log)
 
     def pressure(self, handle: ServerHandle) -> dict[str, Any] | None:
-        return sglang_pressure(handle.own_log()).to_dict()
+        return sglang_pressure(lines_from(handle.log_path, handle.log_start)).to_dict()
 
 
 def _generates(base_url: str, api_key: str) -> bool:

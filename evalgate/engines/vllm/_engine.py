@@ -32,6 +32,7 @@ import httpx
 from evalgate.config import VLLMConfig
 from evalgate.engines._gpu import GPUEngine, fp16_only_method
 from evalgate.engines._launcher import LaunchSlot, ServerHandle, launch_server, server_command
+from evalgate.engines._logs import lines_from
 from evalgate.engines.pressure import vllm_pressure
 from evalgate.engines.vllm import _diagnose
 from evalgate.engines.vllm._capacity import vllm_capacity
@@ -235,7 +236,7 @@ class VLLMEngine(GPUEngine):
         return _diagnose.diagnose(log)
 
     def pressure(self, handle: ServerHandle) -> dict[str, Any] | None:
-        return vllm_pressure(handle.own_log()).to_dict()
+        return vllm_pressure(lines_from(handle.log_path, handle.log_start)).to_dict()
 
 
 def wait_for_group_exit(pgid: int, *, timeout_s: float, poll_s: float = 0.2) -> bool:
